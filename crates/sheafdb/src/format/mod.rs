@@ -1,0 +1,16 @@
+//! Byte layouts of everything stored in the data file, and their codecs.
+//!
+//! Owns: the common page header ([`page`]), the superblock ([`superblock`]),
+//! and the records of the system tree ([`records`]). Every layout is a table
+//! at the top of its module and in `docs/design.md`.
+//!
+//! Must not know: how pages are cached, allocated or organised into trees.
+//! All integers are little-endian fixed width. Decoders never panic: any byte
+//! sequence gives a value or `Error::Corrupted`.
+
+pub mod page;
+pub mod records;
+pub mod superblock;
+
+/// Version of the on-disk format written by this build.
+pub const FORMAT_VERSION: u32 = 1;

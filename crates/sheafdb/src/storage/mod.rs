@@ -1,0 +1,83 @@
+//! Storage: the only layer that touches the operating system's file API.
+//!
+//! Owns: the [`Storage`] trait (one file: positional reads/writes, sync,
+//! length) and the [`Vfs`] trait (a directory of such files: open, create,
+//! remove, list, directory sync, exclusive lock). Implementations:
+//! - [`file::FsVfs`]: real files (pread/pwrite/pwritev, fdatasync, flock);
+//! - [`mem::MemVfs`]: in-memory, for tests and ephemeral databases;
+//! - [`sim::SimVfs`]: fault-injecting simulation of DESIGN §12 (durable image
+//!   plus unsynced writes; `crash()` keeps, drops or tears each unsynced write
+//!   per 512-byte sector; fails the N-th operation on request).
+//!
+//! Must not know: pages, B-trees, the WAL. Offsets and lengths are bytes.
+//!
+//! Invariants every implementation keeps:
+//! - `read_at` fills the whole buffer or returns an error (`UnexpectedEof`
+//!   when the range passes the end of the file); never a short read.
+//! - `write_at` writes all bytes or returns an error; a write past the end
+//!   extends the file (the gap reads as zeros).
+//! - After `sync_data` returns `Ok`, every earlier write and length change
+//!   of that file survives a crash. Creating or removing a file survives a
+//!   crash only after `Vfs::sync_dir`.
+
+pub mod file;
+pub mod mem;
+pub mod sim;
+
+use std::io;
+use std::sync::Arc;
+
+/// One open file.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes all of `data` at `offset`.
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Writes the buffers back to back starting at `offset` (one `pwritev`
+    /// where the platform has it).
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut pos = offset;
+        for b in bufs {
+            self.write_at(pos, b)?;
+            pos += b.len() as u64;
+        }
+        Ok(())
+    }
+    /// Makes every earlier write and length change durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncates or extends (with zeros) to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// How [`Vfs::open`] treats a missing or existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Open an existing file; `NotFound` if missing.
+    Existing,
+    /// Create a new file; `AlreadyExists` if present.
+    CreateNew,
+    /// Open, creating if missing.
+    OpenOrCreate,
+}
+
+/// A directory of files: where a database and its WAL live.
+pub trait Vfs: Send + Sync + std::fmt::Debug {
+    /// Opens `name` (a plain file name, no separators).
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>>;
+    /// True if `name` exists.
+    fn exists(&self, name: &str) -> io::Result<bool>;
+    /// Removes `name`.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Names of the files in the directory, sorted.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// Makes file creations and removals durable (fsync of the directory).
+    fn sync_dir(&self) -> io::Result<()>;
+    /// Takes an exclusive lock on `name` for as long as the returned guard
+    /// lives. `WouldBlock` if another holder (this process or another) has it.
+    fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>>;
+}
+
+/// Releases a [`Vfs::lock`] when dropped.
+pub trait LockGuard: Send + Sync + std::fmt::Debug {}
