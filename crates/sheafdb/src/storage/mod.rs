@@ -28,6 +28,7 @@ use std::io;
 use std::sync::Arc;
 
 /// One open file.
+#[allow(clippy::len_without_is_empty)]
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
