@@ -19,7 +19,12 @@ pub enum Location {
     /// A superblock slot (0 or 1).
     Superblock(u8),
     /// A byte offset in a named file (WAL, etc.).
-    File { name: String, offset: u64 },
+    File {
+        /// File name.
+        name: String,
+        /// Byte offset.
+        offset: u64,
+    },
     /// Somewhere not tied to one page (e.g. catalog cross-checks).
     Other(String),
 }
@@ -42,15 +47,23 @@ pub enum Error {
     /// The operating system reported an I/O error.
     Io(io::Error),
     /// Stored bytes failed validation. `what` says which check failed.
-    Corrupted { what: String, location: Location },
+    Corrupted {
+        /// Which check failed.
+        what: String,
+        /// Where.
+        location: Location,
+    },
     /// Another handle (in this or another process) holds the file lock.
     DatabaseAlreadyOpen,
     /// The file is not a sheafdb database (bad magic) or has an unknown format version.
     NotADatabase(String),
     /// A table was opened with key/value types different from those it was created with.
     TableTypeMismatch {
+        /// The table.
         table: String,
+        /// Types it was created with.
         stored: String,
+        /// Types it was opened with.
         requested: String,
     },
     /// No table of that name exists.
@@ -64,9 +77,19 @@ pub enum Error {
     /// A column family of that name already exists.
     CfExists(String),
     /// A key longer than the page size allows.
-    KeyTooLarge { len: usize, max: usize },
+    KeyTooLarge {
+        /// Length given.
+        len: usize,
+        /// Largest allowed.
+        max: usize,
+    },
     /// A value longer than the format allows.
-    ValueTooLarge { len: usize, max: usize },
+    ValueTooLarge {
+        /// Length given.
+        len: usize,
+        /// Largest allowed.
+        max: usize,
+    },
     /// A previous write or sync failed; the database must be reopened.
     Poisoned,
     /// A write was attempted through a read-only handle.
@@ -133,9 +156,9 @@ impl fmt::Display for Error {
             Error::ValueTooLarge { len, max } => {
                 write!(f, "value of {len} bytes exceeds the maximum of {max}")
             }
-            Error::Poisoned => f.write_str(
-                "database poisoned by an earlier write or sync failure; reopen it",
-            ),
+            Error::Poisoned => {
+                f.write_str("database poisoned by an earlier write or sync failure; reopen it")
+            }
             Error::ReadOnly => f.write_str("database is read-only"),
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
             Error::Unsupported(s) => write!(f, "not supported: {s}"),

@@ -70,6 +70,7 @@ impl PageId {
 
     /// The page `n` pages after this one.
     #[inline]
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, n: u64) -> PageId {
         PageId(self.0 + n)
     }

@@ -8,6 +8,7 @@
 //! All integers are little-endian fixed width. Decoders never panic: any byte
 //! sequence gives a value or `Error::Corrupted`.
 
+pub mod codec;
 pub mod page;
 pub mod records;
 pub mod superblock;

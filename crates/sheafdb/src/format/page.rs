@@ -26,9 +26,11 @@ use crate::types::{CfId, PageId};
 /// Size of the common header.
 pub const HEADER_LEN: usize = 32;
 
-/// Smallest and largest supported page sizes.
+/// Smallest supported page size.
 pub const MIN_PAGE_SIZE: usize = 4096;
+/// Largest supported page size.
 pub const MAX_PAGE_SIZE: usize = 65536;
+/// Page size of new databases unless the builder says otherwise.
 pub const DEFAULT_PAGE_SIZE: usize = 4096;
 
 /// What a page run holds.

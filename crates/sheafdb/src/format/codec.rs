@@ -1,0 +1,121 @@
+//! Bounds-checked little-endian reader and writer used by every record codec.
+//!
+//! The reader never panics and never allocates from a length field without
+//! first checking that many bytes remain.
+
+use crate::error::{Error, Result};
+
+/// Appends little-endian fields to a byte vector.
+#[derive(Default, Debug)]
+pub struct Writer {
+    /// The encoded bytes.
+    pub buf: Vec<u8>,
+}
+
+impl Writer {
+    /// An empty writer.
+    pub fn new() -> Writer {
+        Writer::default()
+    }
+    /// Appends one byte.
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.buf.push(v);
+        self
+    }
+    /// Appends a u16.
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a u32.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a u64.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a u32 length then the bytes.
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.buf.extend_from_slice(v);
+        self
+    }
+}
+
+/// Reads little-endian fields from a byte slice, reporting truncation and
+/// bad lengths as `Corrupted` with the given context.
+pub struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `data`; `what` names the record in error messages.
+    pub fn new(data: &'a [u8], what: &'static str) -> Reader<'a> {
+        Reader { data, pos: 0, what }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.data.len() - self.pos < n {
+            return Err(Error::corrupted(
+                format!("{} truncated (need {n} bytes at {})", self.what, self.pos),
+                self.what,
+            ));
+        }
+        let s = &self.data[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    /// Reads one byte.
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    /// Reads a u16.
+    pub fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
+    }
+    /// Reads a u32.
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    /// Reads a u64.
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    /// Reads a u32 length then that many bytes.
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    /// Reads a count of items each at least `min_item_len` bytes long,
+    /// rejecting counts the remaining bytes cannot hold.
+    pub fn count(&mut self, min_item_len: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_item_len.max(1)) > self.remaining() {
+            return Err(Error::corrupted(
+                format!("{}: count {n} exceeds the record", self.what),
+                self.what,
+            ));
+        }
+        Ok(n)
+    }
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.data.len() - self.pos
+    }
+    /// Errors unless every byte was consumed.
+    pub fn finish(&self) -> Result<()> {
+        if self.remaining() != 0 {
+            return Err(Error::corrupted(
+                format!("{}: {} trailing bytes", self.what, self.remaining()),
+                self.what,
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,454 @@
+//! Space management: the global extent map and one allocator per CF.
+//!
+//! The file is carved into *extents*, each owned by one CF (or free). A CF
+//! allocates pages only inside its own extents, without any global lock;
+//! only claiming a new extent takes the extent-map lock (DESIGN §8).
+//!
+//! A CF allocator keeps two sets:
+//! - `free`: pages that may be handed out now;
+//! - `pending`: pages freed by a commit that some snapshot may still read.
+//!   They count as free in the persisted state (no snapshot survives a
+//!   crash) but are reused only after their [`ReclaimBatch`] is released.
+//!
+//! Invariants: `free`, `pending` and the pages reachable from the latest
+//! version are disjoint and together cover the CF's extents exactly (checked
+//! by `check_integrity`); every range in `free`/`pending` lies inside an
+//! extent of the CF.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::format::records::{ExtentRecord, PageRange};
+use crate::pager::ranges::RangeSet;
+use crate::types::{CfId, PageId};
+
+/// Growth policy of extents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtentPolicy {
+    /// Pages in a CF's first extent.
+    pub first_pages: u64,
+    /// Largest growth step in pages (a single huge value may still claim more).
+    pub max_pages: u64,
+}
+
+impl ExtentPolicy {
+    /// About 1 MiB first extents doubling up to 64 MiB.
+    pub fn for_page_size(page_size: usize) -> ExtentPolicy {
+        ExtentPolicy {
+            first_pages: ((1 << 20) / page_size as u64).max(4),
+            max_pages: ((64 << 20) / page_size as u64).max(16),
+        }
+    }
+}
+
+/// The global extent table.
+#[derive(Debug, Clone, Default)]
+pub struct ExtentMap {
+    file_pages: u64,
+    owned: BTreeMap<u64, (u64, CfId)>,
+    free: RangeSet,
+}
+
+impl ExtentMap {
+    /// A map for a new file whose first `reserved` pages hold superblocks.
+    pub fn new(reserved: u64) -> ExtentMap {
+        ExtentMap {
+            file_pages: reserved,
+            ..ExtentMap::default()
+        }
+    }
+
+    /// Rebuilds the map from its persisted form, validating it.
+    pub fn from_records(file_pages: u64, records: &[ExtentRecord]) -> Result<ExtentMap> {
+        let mut map = ExtentMap::new(2);
+        map.file_pages = file_pages;
+        let mut prev_end = 2;
+        for e in records {
+            let r = e.range;
+            if r.start.0 < prev_end || r.end() > file_pages {
+                return Err(Error::corrupted(
+                    format!("extent {r:?} overlaps another or passes the file end"),
+                    "extent map",
+                ));
+            }
+            prev_end = r.end();
+            match e.owner {
+                Some(cf) => {
+                    map.owned.insert(r.start.0, (r.pages, cf));
+                }
+                None => {
+                    map.free.insert(r.start.0, r.pages);
+                }
+            }
+        }
+        Ok(map)
+    }
+
+    /// Persisted form, sorted by start.
+    pub fn to_records(&self) -> Vec<ExtentRecord> {
+        let mut v: Vec<ExtentRecord> = self
+            .owned
+            .iter()
+            .map(|(&s, &(pages, cf))| ExtentRecord {
+                range: PageRange {
+                    start: PageId(s),
+                    pages,
+                },
+                owner: Some(cf),
+            })
+            .chain(
+                self.free
+                    .iter()
+                    .map(|range| ExtentRecord { range, owner: None }),
+            )
+            .collect();
+        v.sort_by_key(|e| e.range.start);
+        v
+    }
+
+    /// File length in pages.
+    pub fn file_pages(&self) -> u64 {
+        self.file_pages
+    }
+
+    /// Extents owned by `cf`.
+    pub fn extents_of(&self, cf: CfId) -> Vec<PageRange> {
+        self.owned
+            .iter()
+            .filter(|(_, &(_, o))| o == cf)
+            .map(|(&s, &(pages, _))| PageRange {
+                start: PageId(s),
+                pages,
+            })
+            .collect()
+    }
+
+    /// The owner of the extent holding `page`, if any.
+    pub fn owner_of(&self, page: PageId) -> Option<CfId> {
+        let (&s, &(pages, cf)) = self.owned.range(..=page.0).next_back()?;
+        (page.0 < s + pages).then_some(cf)
+    }
+
+    /// Gives `cf` a new extent of `pages` pages: a free extent if one fits,
+    /// else the end of the file.
+    pub fn claim(&mut self, cf: CfId, pages: u64) -> PageRange {
+        let start = match self.free.take(pages) {
+            Some(s) => s,
+            None => {
+                let s = self.file_pages;
+                self.file_pages += pages;
+                s
+            }
+        };
+        self.owned.insert(start, (pages, cf));
+        PageRange {
+            start: PageId(start),
+            pages,
+        }
+    }
+
+    /// Returns every extent of `cf` to the free pool.
+    pub fn release_all(&mut self, cf: CfId) {
+        let mine: Vec<u64> = self
+            .owned
+            .iter()
+            .filter(|(_, &(_, o))| o == cf)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in mine {
+            let (pages, _) = self.owned.remove(&s).expect("listed");
+            let inserted = self.free.insert(s, pages);
+            debug_assert!(inserted, "freed extent overlapped a free one");
+        }
+    }
+}
+
+/// Pages that waited on snapshots and may now be reused; filled by
+/// [`ReclaimBatch`] drops on any thread, drained by the allocator.
+pub type ReleasedPages = Arc<Mutex<Vec<(PageId, u32)>>>;
+
+/// Pages freed by the commit after version v; dropped (and its pages
+/// released) once no snapshot of a version ≤ v exists.
+///
+/// Each batch holds the next one, so a batch cannot be dropped before every
+/// older one is: a snapshot of version u keeps batches u, u+1, … alive.
+#[derive(Debug)]
+pub struct ReclaimBatch {
+    pages: Mutex<Vec<(PageId, u32)>>,
+    next: Mutex<Option<Arc<ReclaimBatch>>>,
+    sink: ReleasedPages,
+}
+
+impl ReclaimBatch {
+    /// An empty batch releasing into `sink`.
+    pub fn new(sink: ReleasedPages) -> Arc<ReclaimBatch> {
+        Arc::new(ReclaimBatch {
+            pages: Mutex::new(Vec::new()),
+            next: Mutex::new(None),
+            sink,
+        })
+    }
+
+    /// Called once by the commit that supersedes this batch's version:
+    /// records the pages it freed and links the new version's batch.
+    pub fn seal(&self, freed: Vec<(PageId, u32)>, next: Arc<ReclaimBatch>) {
+        let mut n = self.next.lock();
+        assert!(n.is_none(), "reclaim batch sealed twice");
+        *n = Some(next);
+        *self.pages.lock() = freed;
+    }
+
+    fn release(&self) {
+        let pages = std::mem::take(&mut *self.pages.lock());
+        if !pages.is_empty() {
+            self.sink.lock().extend(pages);
+        }
+    }
+}
+
+impl Drop for ReclaimBatch {
+    fn drop(&mut self) {
+        self.release();
+        // Unlink iteratively: a long chain must not recurse.
+        let mut next = self.next.get_mut().take();
+        while let Some(arc) = next {
+            match Arc::try_unwrap(arc) {
+                Ok(mut b) => {
+                    b.release();
+                    next = b.next.get_mut().take();
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// The allocator of one CF (or of the system).
+#[derive(Debug)]
+pub struct CfAllocator {
+    cf: CfId,
+    policy: ExtentPolicy,
+    extents: Vec<PageRange>,
+    free: RangeSet,
+    pending: RangeSet,
+    released: ReleasedPages,
+}
+
+impl CfAllocator {
+    /// A fresh allocator owning `extents` with `free` pages free.
+    pub fn new(
+        cf: CfId,
+        policy: ExtentPolicy,
+        extents: Vec<PageRange>,
+        free: &[PageRange],
+    ) -> Result<CfAllocator> {
+        let mut owned = RangeSet::new();
+        for e in &extents {
+            if !owned.insert(e.start.0, e.pages) {
+                return Err(Error::corrupted(
+                    format!("extents of cf {cf} overlap"),
+                    "allocator state",
+                ));
+            }
+        }
+        let mut set = RangeSet::new();
+        for r in free {
+            // Free ranges may span adjacent extents (they are coalesced).
+            let inside = owned.contains_all(r.start.0, r.pages);
+            if !inside || !set.insert(r.start.0, r.pages) {
+                return Err(Error::corrupted(
+                    format!("free range {r:?} of cf {cf} outside its extents or overlapping"),
+                    "allocator state",
+                ));
+            }
+        }
+        Ok(CfAllocator {
+            cf,
+            policy,
+            extents,
+            free: set,
+            pending: RangeSet::new(),
+            released: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    /// Where reclaim batches of this CF release pages.
+    pub fn released_sink(&self) -> ReleasedPages {
+        self.released.clone()
+    }
+
+    /// Extents owned.
+    pub fn extents(&self) -> &[PageRange] {
+        &self.extents
+    }
+
+    /// Pages free now.
+    pub fn free_set(&self) -> &RangeSet {
+        &self.free
+    }
+
+    /// Pages freed but still possibly read by a snapshot.
+    pub fn pending_set(&self) -> &RangeSet {
+        &self.pending
+    }
+
+    /// Free space as persisted at a checkpoint of the latest version:
+    /// free and pending pages (no snapshot survives a restart).
+    pub fn durable_free(&self) -> RangeSet {
+        let mut s = self.free.clone();
+        let ok = s.insert_all(&self.pending);
+        assert!(ok, "free and pending pages overlap in cf {}", self.cf);
+        s
+    }
+
+    /// Moves pages released by dropped snapshots from pending to free.
+    pub fn drain_released(&mut self) {
+        let released = std::mem::take(&mut *self.released.lock());
+        for (p, n) in released {
+            let moved = self.pending.remove(p.0, n as u64) && self.free.insert(p.0, n as u64);
+            assert!(
+                moved,
+                "released run {p}+{n} was not pending in cf {}",
+                self.cf
+            );
+        }
+    }
+
+    /// Allocates `npages` contiguous pages, claiming a new extent from `map`
+    /// if no free run fits.
+    pub fn alloc(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> PageId {
+        let n = npages as u64;
+        if let Some(s) = self.free.take(n) {
+            return PageId(s);
+        }
+        self.drain_released();
+        if let Some(s) = self.free.take(n) {
+            return PageId(s);
+        }
+        let want = self.next_extent_pages().max(n);
+        let ext = map.lock().claim(self.cf, want);
+        self.extents.push(ext);
+        self.free.insert(ext.start.0, ext.pages);
+        let s = self.free.take(n).expect("fresh extent fits the request");
+        PageId(s)
+    }
+
+    fn next_extent_pages(&self) -> u64 {
+        match self.extents.last() {
+            None => self.policy.first_pages,
+            Some(last) => (last.pages * 2).clamp(self.policy.first_pages, self.policy.max_pages),
+        }
+    }
+
+    /// Returns a run that was never visible to any snapshot.
+    pub fn free_now(&mut self, id: PageId, npages: u32) {
+        let ok = self.free.insert(id.0, npages as u64);
+        assert!(ok, "double free of {id}+{npages} in cf {}", self.cf);
+    }
+
+    /// Records a run freed by a commit; reusable after its batch is released.
+    pub fn free_pending(&mut self, id: PageId, npages: u32) {
+        let ok =
+            !self.free.intersects(id.0, npages as u64) && self.pending.insert(id.0, npages as u64);
+        assert!(
+            ok,
+            "double free of committed {id}+{npages} in cf {}",
+            self.cf
+        );
+    }
+
+    /// True if the run at `id` lies inside this CF's extents (a run may
+    /// span two adjacent extents).
+    pub fn owns(&self, id: PageId, npages: u32) -> bool {
+        let mut owned = RangeSet::new();
+        for e in &self.extents {
+            owned.insert(e.start.0, e.pages);
+        }
+        owned.contains_all(id.0, npages as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> ExtentPolicy {
+        ExtentPolicy {
+            first_pages: 4,
+            max_pages: 16,
+        }
+    }
+
+    #[test]
+    fn extents_grow_and_cap() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        for _ in 0..100 {
+            a.alloc(1, &map);
+        }
+        let sizes: Vec<u64> = a.extents().iter().map(|e| e.pages).collect();
+        assert_eq!(&sizes[..4], &[4, 8, 16, 16]);
+        assert!(sizes.iter().all(|&s| s <= 16));
+        assert_eq!(sizes.iter().sum::<u64>() - 100, a.free_set().pages());
+    }
+
+    #[test]
+    fn big_run_claims_big_extent() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        let p = a.alloc(100, &map);
+        assert!(a.owns(p, 100));
+    }
+
+    #[test]
+    fn pending_pages_wait_for_their_batch() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        let p = a.alloc(1, &map);
+        a.free_pending(p, 1);
+        let b0 = ReclaimBatch::new(a.released_sink());
+        let b1 = ReclaimBatch::new(a.released_sink());
+        b0.seal(vec![(p, 1)], b1.clone());
+        let reader = b0.clone();
+        drop(b0);
+        for _ in 0..3 {
+            assert_ne!(a.alloc(1, &map), p, "page reused while a snapshot holds it");
+        }
+        drop(reader);
+        a.drain_released();
+        assert!(a.free_set().contains_all(p.0, 1));
+        drop(b1);
+    }
+
+    #[test]
+    fn long_batch_chain_drops_without_recursion() {
+        let sink: ReleasedPages = Arc::new(Mutex::new(Vec::new()));
+        let first = ReclaimBatch::new(sink.clone());
+        let mut cur = first.clone();
+        for i in 0..200_000u64 {
+            let next = ReclaimBatch::new(sink.clone());
+            cur.seal(vec![(PageId(i + 2), 1)], next.clone());
+            cur = next;
+        }
+        drop(cur);
+        drop(first);
+        assert_eq!(sink.lock().len(), 200_000);
+    }
+
+    #[test]
+    fn extent_map_round_trips_and_rejects_overlap() {
+        let mut m = ExtentMap::new(2);
+        m.claim(CfId(1), 4);
+        m.claim(CfId(2), 8);
+        m.release_all(CfId(1));
+        let recs = m.to_records();
+        let back = ExtentMap::from_records(m.file_pages(), &recs).unwrap();
+        assert_eq!(back.to_records(), recs);
+        let mut bad = recs.clone();
+        bad[1].range.start = PageId(3);
+        assert!(ExtentMap::from_records(m.file_pages(), &bad).is_err());
+    }
+}

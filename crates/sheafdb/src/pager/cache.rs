@@ -1,0 +1,187 @@
+//! The clean page cache: page runs that match the data file, evictable
+//! under a byte budget.
+//!
+//! Sharded by page id so readers on many cores rarely share a lock; a hit
+//! takes one shard's read lock and sets a reference bit. Eviction is a
+//! second-chance sweep of the shard that went over its budget.
+//!
+//! Invariant: an entry for page P holds exactly the bytes the data file
+//! holds for P in every version a live snapshot can reach. The pager keeps
+//! this by replacing an entry when P is rewritten and removing it when P is
+//! reallocated.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::format::page::PageRef;
+use crate::types::PageId;
+
+const SHARDS: usize = 64;
+
+struct Entry {
+    page: PageRef,
+    referenced: AtomicBool,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<PageId, Entry>,
+    bytes: usize,
+}
+
+/// Sharded clean-page cache.
+pub struct PageCache {
+    shards: Vec<RwLock<Shard>>,
+    shard_budget: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageCache")
+            .field("budget", &(self.shard_budget * SHARDS))
+            .finish()
+    }
+}
+
+impl PageCache {
+    /// A cache holding about `budget_bytes`.
+    pub fn new(budget_bytes: usize) -> PageCache {
+        PageCache {
+            shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
+            shard_budget: (budget_bytes / SHARDS).max(64 * 1024),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, id: PageId) -> &RwLock<Shard> {
+        // Fibonacci hashing spreads sequential ids over shards.
+        let h = id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+        &self.shards[h as usize % SHARDS]
+    }
+
+    /// The cached run starting at `id`, if any.
+    pub fn get(&self, id: PageId) -> Option<PageRef> {
+        let shard = self.shard(id).read();
+        match shard.map.get(&id) {
+            Some(e) => {
+                if !e.referenced.load(Ordering::Relaxed) {
+                    e.referenced.store(true, Ordering::Relaxed);
+                }
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(e.page.clone())
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Inserts or replaces the run at `id`. Runs larger than a quarter of a
+    /// shard's budget are not cached.
+    pub fn insert(&self, id: PageId, page: PageRef) {
+        let len = page.len();
+        if len > self.shard_budget / 4 {
+            self.remove(id);
+            return;
+        }
+        let mut shard = self.shard(id).write();
+        let entry = Entry {
+            page,
+            referenced: AtomicBool::new(false),
+        };
+        if let Some(old) = shard.map.insert(id, entry) {
+            shard.bytes -= old.page.len();
+        }
+        shard.bytes += len;
+        if shard.bytes > self.shard_budget {
+            Self::evict(&mut shard, self.shard_budget * 7 / 8);
+        }
+    }
+
+    /// Drops the run at `id` if cached.
+    pub fn remove(&self, id: PageId) {
+        let mut shard = self.shard(id).write();
+        if let Some(old) = shard.map.remove(&id) {
+            shard.bytes -= old.page.len();
+        }
+    }
+
+    fn evict(shard: &mut Shard, target: usize) {
+        for _round in 0..2 {
+            let mut victims = Vec::new();
+            let mut freed = 0usize;
+            for (id, e) in shard.map.iter() {
+                if shard.bytes - freed <= target {
+                    break;
+                }
+                if e.referenced.swap(false, Ordering::Relaxed) {
+                    continue;
+                }
+                freed += e.page.len();
+                victims.push(*id);
+            }
+            for id in victims {
+                if let Some(e) = shard.map.remove(&id) {
+                    shard.bytes -= e.page.len();
+                }
+            }
+            if shard.bytes <= target {
+                return;
+            }
+        }
+    }
+
+    /// (hits, misses) since creation.
+    pub fn stats(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.read().bytes).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::page::PageBuf;
+    use std::sync::Arc;
+
+    #[test]
+    fn stays_within_budget_and_keeps_hot_pages() {
+        let cache = PageCache::new(64 * 64 * 1024);
+        let hot = PageId(5);
+        cache.insert(hot, Arc::new(PageBuf::zeroed(4096)));
+        for i in 0..20_000u64 {
+            cache.get(hot);
+            cache.insert(PageId(1000 + i), Arc::new(PageBuf::zeroed(4096)));
+        }
+        assert!(cache.bytes() <= 64 * 64 * 1024 + 4096 * SHARDS);
+        assert!(
+            cache.get(hot).is_some(),
+            "a page read all the time was evicted"
+        );
+    }
+
+    #[test]
+    fn replace_and_remove() {
+        let cache = PageCache::new(1 << 20);
+        cache.insert(PageId(3), Arc::new(PageBuf::zeroed(4096)));
+        let mut b = PageBuf::zeroed(4096);
+        b.bytes_mut()[100] = 1;
+        cache.insert(PageId(3), Arc::new(b));
+        assert_eq!(cache.get(PageId(3)).unwrap().bytes()[100], 1);
+        cache.remove(PageId(3));
+        assert!(cache.get(PageId(3)).is_none());
+    }
+}

@@ -1,0 +1,159 @@
+//! The pager: page runs between memory and the data file.
+//!
+//! Owns: the page cache, reads with verification (checksum, own id, owning
+//! CF, run length), and coalesced vectored writes of dirty runs with their
+//! checksums. Also hosts the space managers ([`alloc`]) and the range set
+//! they are built on.
+//!
+//! Must not know: B-tree layouts, transactions, the WAL.
+//!
+//! Invariants: a run returned by [`Pager::read_run`] passed `verify`; a run
+//! is written with the checksum of exactly the bytes written.
+
+pub mod alloc;
+pub mod cache;
+pub mod ranges;
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::format::page::{PageBuf, PageRef, HEADER_LEN};
+use crate::storage::Storage;
+use crate::types::{CfId, PageId};
+
+use cache::PageCache;
+
+/// Largest single vectored write, in bytes.
+const MAX_WRITE_BYTES: usize = 8 << 20;
+/// Most iovecs per vectored write (two per run).
+const MAX_IOVECS: usize = 1000;
+
+/// Reads and writes page runs of one data file.
+#[derive(Debug)]
+pub struct Pager {
+    storage: Arc<dyn Storage>,
+    page_size: usize,
+    cache: PageCache,
+}
+
+impl Pager {
+    /// A pager over `storage` with a clean-page cache of `cache_bytes`.
+    pub fn new(storage: Arc<dyn Storage>, page_size: usize, cache_bytes: usize) -> Pager {
+        Pager {
+            storage,
+            page_size,
+            cache: PageCache::new(cache_bytes),
+        }
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// The underlying file.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// The clean-page cache.
+    pub fn cache(&self) -> &PageCache {
+        &self.cache
+    }
+
+    /// Reads the run of `npages` at `id` owned by `cf`, from the cache or
+    /// the file (verified).
+    pub fn read_run(&self, id: PageId, npages: u32, cf: CfId) -> Result<PageRef> {
+        if let Some(p) = self.cache.get(id) {
+            if p.len() == npages as usize * self.page_size && p.cf() == cf {
+                return Ok(p);
+            }
+            return Err(Error::corrupted_page(
+                id,
+                "cached run has another shape or owner",
+            ));
+        }
+        let page = Arc::new(self.read_uncached(id, npages, Some(cf))?);
+        self.cache.insert(id, page.clone());
+        Ok(page)
+    }
+
+    /// Reads and verifies a run without touching the cache.
+    pub fn read_uncached(&self, id: PageId, npages: u32, cf: Option<CfId>) -> Result<PageBuf> {
+        if id.0 < 2 || npages == 0 {
+            return Err(Error::corrupted_page(
+                id,
+                "reference to a superblock page or empty run",
+            ));
+        }
+        let len = npages as usize * self.page_size;
+        let mut buf = vec![0u8; len];
+        self.storage
+            .read_at(id.offset(self.page_size), &mut buf)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    Error::corrupted_page(id, "reference past the end of the file")
+                }
+                _ => Error::Io(e),
+            })?;
+        let page = PageBuf::from_vec(buf);
+        page.verify(id, cf)?;
+        if page.npages() != npages {
+            return Err(Error::corrupted_page(
+                id,
+                format!("run has {} pages, expected {npages}", page.npages()),
+            ));
+        }
+        Ok(page)
+    }
+
+    /// Writes runs (any order) with fresh checksums, sorted and coalesced
+    /// into vectored writes. Does not sync. On success the runs are cached.
+    pub fn write_runs(&self, runs: &[(PageId, PageRef)]) -> Result<()> {
+        let mut sorted: Vec<&(PageId, PageRef)> = runs.iter().collect();
+        sorted.sort_by_key(|(id, _)| *id);
+        let checksums: Vec<[u8; 4]> = sorted
+            .iter()
+            .map(|(id, p)| {
+                debug_assert_eq!(p.page_id(), *id, "run carries another id");
+                debug_assert!(p.len() >= HEADER_LEN && p.len() % self.page_size == 0);
+                p.compute_checksum().to_le_bytes()
+            })
+            .collect();
+        let mut i = 0;
+        while i < sorted.len() {
+            let start = sorted[i].0;
+            let mut next_page = start.0;
+            let mut bytes = 0usize;
+            let mut iov: Vec<&[u8]> = Vec::new();
+            while i < sorted.len()
+                && sorted[i].0 .0 == next_page
+                && iov.len() + 2 <= MAX_IOVECS
+                && (iov.is_empty() || bytes + sorted[i].1.len() <= MAX_WRITE_BYTES)
+            {
+                let (_, p) = sorted[i];
+                iov.push(&checksums[i]);
+                iov.push(&p.bytes()[4..]);
+                bytes += p.len();
+                next_page += (p.len() / self.page_size) as u64;
+                i += 1;
+            }
+            self.storage
+                .write_vectored_at(start.offset(self.page_size), &iov)?;
+        }
+        for (id, p) in runs {
+            self.cache.insert(*id, p.clone());
+        }
+        Ok(())
+    }
+
+    /// Forgets any cached run starting at `id` (the pages were reallocated).
+    pub fn forget(&self, id: PageId) {
+        self.cache.remove(id);
+    }
+
+    /// Makes all earlier writes durable.
+    pub fn sync(&self) -> Result<()> {
+        self.storage.sync_data().map_err(Error::Io)
+    }
+}

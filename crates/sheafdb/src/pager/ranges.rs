@@ -1,0 +1,186 @@
+//! A set of page numbers stored as disjoint, coalesced ranges.
+
+use std::collections::BTreeMap;
+
+use crate::format::records::PageRange;
+use crate::types::PageId;
+
+/// Disjoint, non-adjacent ranges `start -> length`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeSet {
+    map: BTreeMap<u64, u64>,
+    pages: u64,
+}
+
+impl RangeSet {
+    /// An empty set.
+    pub fn new() -> RangeSet {
+        RangeSet::default()
+    }
+
+    /// Total pages in the set.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// True if every page of `[start, start+len)` is in the set.
+    pub fn contains_all(&self, start: u64, len: u64) -> bool {
+        match self.map.range(..=start).next_back() {
+            Some((&s, &l)) => s + l >= start + len,
+            None => false,
+        }
+    }
+
+    /// True if any page of `[start, start+len)` is in the set.
+    pub fn intersects(&self, start: u64, len: u64) -> bool {
+        if let Some((&s, &l)) = self.map.range(..=start).next_back() {
+            if s + l > start {
+                return true;
+            }
+        }
+        self.map.range(start..start + len).next().is_some()
+    }
+
+    /// Adds `[start, start+len)`, which must not intersect the set.
+    /// Returns false (and changes nothing) if it does.
+    pub fn insert(&mut self, start: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        if self.intersects(start, len) {
+            return false;
+        }
+        let mut s = start;
+        let mut l = len;
+        if let Some((&ps, &pl)) = self.map.range(..start).next_back() {
+            if ps + pl == start {
+                self.map.remove(&ps);
+                s = ps;
+                l += pl;
+            }
+        }
+        if let Some(nl) = self.map.remove(&(start + len)) {
+            l += nl;
+        }
+        self.map.insert(s, l);
+        self.pages += len;
+        true
+    }
+
+    /// Removes `[start, start+len)`, which must be wholly in the set.
+    /// Returns false (and changes nothing) if it is not.
+    pub fn remove(&mut self, start: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let Some((&s, &l)) = self.map.range(..=start).next_back() else {
+            return false;
+        };
+        if s + l < start + len {
+            return false;
+        }
+        self.map.remove(&s);
+        if start > s {
+            self.map.insert(s, start - s);
+        }
+        if s + l > start + len {
+            self.map.insert(start + len, s + l - (start + len));
+        }
+        self.pages -= len;
+        true
+    }
+
+    /// Takes `len` contiguous pages, lowest address first fit.
+    pub fn take(&mut self, len: u64) -> Option<u64> {
+        let start = if len == 1 {
+            *self.map.keys().next()?
+        } else {
+            self.map.iter().find(|(_, &l)| l >= len).map(|(&s, _)| s)?
+        };
+        let removed = self.remove(start, len);
+        debug_assert!(removed);
+        Some(start)
+    }
+
+    /// The ranges, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = PageRange> + '_ {
+        self.map.iter().map(|(&s, &l)| PageRange {
+            start: PageId(s),
+            pages: l,
+        })
+    }
+
+    /// The ranges as a vector.
+    pub fn to_vec(&self) -> Vec<PageRange> {
+        self.iter().collect()
+    }
+
+    /// The last range, if any.
+    pub fn last(&self) -> Option<PageRange> {
+        self.map.iter().next_back().map(|(&s, &l)| PageRange {
+            start: PageId(s),
+            pages: l,
+        })
+    }
+
+    /// Union with another set; false if they intersect (then partially applied).
+    pub fn insert_all(&mut self, other: &RangeSet) -> bool {
+        other.iter().all(|r| self.insert(r.start.0, r.pages))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn matches_a_page_set_model() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut set = RangeSet::new();
+        let mut model = BTreeSet::new();
+        for _ in 0..20_000 {
+            let start = rng.gen_range(0..500u64);
+            let len = rng.gen_range(1..8u64);
+            let all_in = (start..start + len).all(|p| model.contains(&p));
+            let none_in = (start..start + len).all(|p| !model.contains(&p));
+            assert_eq!(set.contains_all(start, len), all_in);
+            assert_eq!(set.intersects(start, len), !none_in);
+            if rng.gen_bool(0.5) {
+                assert_eq!(set.insert(start, len), none_in);
+                if none_in {
+                    model.extend(start..start + len);
+                }
+            } else {
+                assert_eq!(set.remove(start, len), all_in);
+                if all_in {
+                    for p in start..start + len {
+                        model.remove(&p);
+                    }
+                }
+            }
+            assert_eq!(set.pages(), model.len() as u64);
+        }
+        let ranges = set.to_vec();
+        for w in ranges.windows(2) {
+            assert!(w[0].end() < w[1].start.0, "ranges must be coalesced");
+        }
+    }
+
+    #[test]
+    fn take_is_first_fit() {
+        let mut s = RangeSet::new();
+        s.insert(10, 2);
+        s.insert(20, 5);
+        assert_eq!(s.take(3), Some(20));
+        assert_eq!(s.take(1), Some(10));
+        assert_eq!(s.take(9), None);
+        assert_eq!(s.pages(), 3);
+    }
+}
