@@ -1,5 +1,275 @@
-//! Copy-on-write B+tree over byte-ordered keys.
+//! Copy-on-write B+tree over byte-string keys ordered by plain byte
+//! comparison.
 //!
-//! (Being written: see the module docs that replace this stub.)
+//! Owns: the page format of tree pages ([`node`]), search, the
+//! double-ended range [`Cursor`], copy-on-write insertion and deletion with
+//! splits and merges, overflow runs for large values, and the integrity
+//! [`walk`]. A tree is described by a [`TreeRoot`] (root page and exact entry
+//! count) that the caller stores wherever it likes.
+//!
+//! Must not know: the WAL, transactions, versions, files, caches or the
+//! allocator. Pages are reached only through [`store::PageRead`] /
+//! [`store::PageWrite`].
+//!
+//! Invariants kept (and asserted):
+//! - A page the store reports as not private is never modified: it is copied
+//!   to a new page (and freed) first, and so are its ancestors, up to the
+//!   root. Private pages are edited in place.
+//! - Every page or overflow run that stops being referenced is passed to
+//!   `store.free` exactly once.
+//! - All leaves are at level 0 and every child is one level below its
+//!   parent; separators bound the keys of their subtrees; keys in a page are
+//!   strictly increasing.
+//! - No page except a root leaf is empty; a root branch has at least one
+//!   separator; an empty tree has `root: None`.
+//! - `TreeRoot::len` is the exact number of entries.
+//! - No byte sequence in a page can cause a panic, a hang or an allocation
+//!   sized by a length field (other than an overflow value's own length,
+//!   which is bounded by [`max_value_len`]): every decode is checked and
+//!   bad contents give `Error::Corrupted` naming the page.
 
+mod cursor;
+mod mutate;
+mod node;
 pub mod store;
+mod walk;
+
+#[cfg(test)]
+mod mem_store;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
+use crate::types::PageId;
+
+pub use cursor::Cursor;
+pub use mutate::{delete, drain_filter, insert, pop_first, pop_last, put, remove, retain};
+pub use node::{max_key_len, max_value_len};
+pub use walk::{clear, walk};
+
+use node::{NodeRef, ValueLoc, MAX_LEVEL};
+use store::PageRead;
+
+/// Where a tree lives and how many entries it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TreeRoot {
+    /// The root page, or `None` for an empty tree.
+    pub root: Option<PageId>,
+    /// Number of entries, kept exact so `len()` is O(1).
+    pub len: u64,
+}
+
+impl TreeRoot {
+    /// An empty tree.
+    pub const EMPTY: TreeRoot = TreeRoot { root: None, len: 0 };
+}
+
+/// Zero-copy bytes of a key or value: a range of a page (or overflow run)
+/// that this handle keeps alive.
+#[derive(Clone)]
+pub struct Bytes {
+    page: PageRef,
+    start: usize,
+    end: usize,
+}
+
+/// A key returned by the tree.
+pub type KeyRef = Bytes;
+/// A value returned by the tree.
+pub type ValueRef = Bytes;
+
+impl Bytes {
+    /// Bytes `start..end` of `page`.
+    pub(crate) fn new(page: PageRef, start: usize, end: usize) -> Bytes {
+        debug_assert!(start <= end && end <= page.len());
+        Bytes { page, start, end }
+    }
+
+    /// An owned copy of `data` (used when the page it came from is about to
+    /// be edited in place).
+    pub fn copy_from(data: &[u8]) -> Bytes {
+        let page = Arc::new(PageBuf::from_vec(data.to_vec()));
+        Bytes::new(page, 0, data.len())
+    }
+
+    /// The bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        &self.page.bytes()[self.start..self.end]
+    }
+
+    /// Length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// True if empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// An owned copy.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.as_slice().to_vec()
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.as_slice();
+        if s.len() <= 64 {
+            write!(f, "Bytes({s:?})")
+        } else {
+            write!(f, "Bytes({:?}.. {} bytes)", &s[..64], s.len())
+        }
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Bytes {}
+
+/// Reads tree page `id` and checks that it is at `expect_level` (if given).
+/// Returns the page; callers re-parse it (parsing is a few header checks).
+pub(crate) fn read_node<S: PageRead + ?Sized>(
+    store: &S,
+    id: PageId,
+    expect_level: Option<u8>,
+) -> Result<PageRef> {
+    let page = store.read_page(id)?;
+    let node = NodeRef::parse(&page, id, store.page_size())?;
+    if let Some(level) = expect_level {
+        if node.level() != level {
+            return Err(Error::corrupted_page(
+                id,
+                format!(
+                    "page at level {} where level {level} was expected",
+                    node.level()
+                ),
+            ));
+        }
+    }
+    Ok(page)
+}
+
+/// The level a child of a branch at `level` must have.
+#[inline]
+pub(crate) fn child_level(id: PageId, level: u8) -> Result<u8> {
+    debug_assert!(level <= MAX_LEVEL);
+    level
+        .checked_sub(1)
+        .ok_or_else(|| Error::corrupted_page(id, "leaf used as a branch"))
+}
+
+/// Reads overflow run `id` holding `len` bytes and checks its header.
+pub(crate) fn read_overflow<S: PageRead + ?Sized>(
+    store: &S,
+    id: PageId,
+    len: u32,
+) -> Result<PageRef> {
+    let ps = store.page_size();
+    let npages = pages_for_payload(ps, len as usize);
+    let run = store.read_run(id, npages)?;
+    if run.len() != npages as usize * ps {
+        return Err(Error::corrupted_page(
+            id,
+            "overflow run has the wrong length",
+        ));
+    }
+    if run.page_type() != Some(PageType::Overflow) {
+        return Err(Error::corrupted_page(id, "expected an overflow run"));
+    }
+    if run.payload_len() != len || run.npages() != npages {
+        return Err(Error::corrupted_page(
+            id,
+            format!(
+                "overflow run holds {} bytes in {} pages, leaf says {len} bytes",
+                run.payload_len(),
+                run.npages()
+            ),
+        ));
+    }
+    Ok(run)
+}
+
+/// The value of a leaf cell as zero-copy bytes.
+pub(crate) fn load_value<S: PageRead + ?Sized>(
+    store: &S,
+    leaf: &PageRef,
+    value: ValueLoc,
+) -> Result<ValueRef> {
+    match value {
+        ValueLoc::Inline { start, end } => Ok(Bytes::new(leaf.clone(), start, end)),
+        ValueLoc::Overflow { id, len } => {
+            let run = read_overflow(store, id, len)?;
+            Ok(Bytes::new(run, HEADER_LEN, HEADER_LEN + len as usize))
+        }
+    }
+}
+
+/// Looks up `key`.
+pub fn get<S: PageRead + ?Sized>(
+    store: &S,
+    root: &TreeRoot,
+    key: &[u8],
+) -> Result<Option<ValueRef>> {
+    let Some(mut id) = root.root else {
+        return Ok(None);
+    };
+    let ps = store.page_size();
+    let mut expect = None;
+    loop {
+        let page = read_node(store, id, expect)?;
+        let node = NodeRef::parse(&page, id, ps)?;
+        if node.is_leaf() {
+            let (pos, found) = node.leaf_search(key)?;
+            if !found {
+                return Ok(None);
+            }
+            let cell = node.leaf_cell(pos)?;
+            debug_assert_eq!(cell.key, key);
+            return load_value(store, &page, cell.value).map(Some);
+        }
+        let idx = node.branch_search(key)?;
+        expect = Some(child_level(id, node.level())?);
+        id = node.child(idx)?;
+    }
+}
+
+/// The entry with the smallest key.
+pub fn first<S: PageRead + ?Sized>(
+    store: &S,
+    root: &TreeRoot,
+) -> Result<Option<(KeyRef, ValueRef)>> {
+    Cursor::new(root, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded).next(store)
+}
+
+/// The entry with the largest key.
+pub fn last<S: PageRead + ?Sized>(
+    store: &S,
+    root: &TreeRoot,
+) -> Result<Option<(KeyRef, ValueRef)>> {
+    Cursor::new(root, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded).next_back(store)
+}

@@ -1,0 +1,391 @@
+//! Double-ended range cursor.
+//!
+//! Owns: iteration over a key range from both ends. A cursor holds its own
+//! copy of the bounds and `PageRef` clones of the pages on each end's path,
+//! never a borrow of the store: every step takes the store as an argument,
+//! so the caller may mutate other trees through the same store between
+//! steps (the tree being iterated must not change).
+//!
+//! Invariants: the front yields strictly increasing keys, the back strictly
+//! decreasing ones, and neither yields a key the other has already passed,
+//! so the two ends meet without overlap. Because yielded keys must be
+//! strictly monotonic and non-root leaves must be non-empty, a corrupted
+//! tree (shared subtrees, loops through siblings) ends in an error, never in
+//! an endless iteration.
+//!
+//! Must not know: transactions, the WAL, how pages are stored.
+
+use std::ops::Bound;
+
+use super::node::NodeRef;
+use super::store::PageRead;
+use super::{child_level, load_value, read_node, Bytes, KeyRef, TreeRoot, ValueRef};
+use crate::error::{Error, Result};
+use crate::format::page::PageRef;
+use crate::types::PageId;
+
+/// One page on a cursor end's path. For a branch, `idx` is the child the
+/// path descends into. For a leaf at the front, `idx` is the next cell to
+/// yield; at the back, `idx` is one past the next cell to yield.
+#[derive(Clone, Debug)]
+struct Frame {
+    id: PageId,
+    page: PageRef,
+    idx: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Unstarted,
+    Active,
+    Done,
+}
+
+/// One end of the cursor.
+#[derive(Clone, Debug)]
+struct End {
+    stack: Vec<Frame>,
+    state: State,
+    /// The last key this end yielded.
+    last: Option<KeyRef>,
+}
+
+impl End {
+    fn new() -> End {
+        End {
+            stack: Vec::new(),
+            state: State::Unstarted,
+            last: None,
+        }
+    }
+
+    fn finish(&mut self) {
+        self.state = State::Done;
+        self.stack.clear();
+    }
+}
+
+/// A double-ended cursor over the entries of a tree whose keys lie in a
+/// range.
+#[derive(Clone, Debug)]
+pub struct Cursor {
+    root: Option<PageId>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    front: End,
+    back: End,
+}
+
+fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// True if `key` is past the upper bound `hi`.
+fn above(hi: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    match hi {
+        Bound::Included(h) => key > h.as_slice(),
+        Bound::Excluded(h) => key >= h.as_slice(),
+        Bound::Unbounded => false,
+    }
+}
+
+/// True if `key` is before the lower bound `lo`.
+fn below(lo: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    match lo {
+        Bound::Included(l) => key < l.as_slice(),
+        Bound::Excluded(l) => key <= l.as_slice(),
+        Bound::Unbounded => false,
+    }
+}
+
+/// Which way a descent goes at each page.
+#[derive(Clone, Copy)]
+enum Aim<'k> {
+    /// Leftmost path.
+    First,
+    /// Rightmost path.
+    Last,
+    /// Towards the first key `>= k` (front, `Included`).
+    FromIncl(&'k [u8]),
+    /// Towards the first key `> k` (front, `Excluded`).
+    FromExcl(&'k [u8]),
+    /// Towards the last key `<= k` (back, `Included`).
+    UpToIncl(&'k [u8]),
+    /// Towards the last key `< k` (back, `Excluded`).
+    UpToExcl(&'k [u8]),
+}
+
+impl Aim<'_> {
+    fn front(b: &Bound<Vec<u8>>) -> Aim<'_> {
+        match b {
+            Bound::Included(k) => Aim::FromIncl(k),
+            Bound::Excluded(k) => Aim::FromExcl(k),
+            Bound::Unbounded => Aim::First,
+        }
+    }
+
+    fn back(b: &Bound<Vec<u8>>) -> Aim<'_> {
+        match b {
+            Bound::Included(k) => Aim::UpToIncl(k),
+            Bound::Excluded(k) => Aim::UpToExcl(k),
+            Bound::Unbounded => Aim::Last,
+        }
+    }
+
+    /// The child of a branch to descend into.
+    fn child(self, node: &NodeRef) -> Result<usize> {
+        match self {
+            Aim::First => Ok(0),
+            Aim::Last => Ok(node.count()),
+            Aim::FromIncl(k) | Aim::FromExcl(k) | Aim::UpToIncl(k) => node.branch_search(k),
+            Aim::UpToExcl(k) => node.branch_search_lt(k),
+        }
+    }
+
+    /// The leaf frame index (see [`Frame`]).
+    fn leaf_idx(self, node: &NodeRef) -> Result<usize> {
+        match self {
+            Aim::First => Ok(0),
+            Aim::Last => Ok(node.count()),
+            Aim::FromIncl(k) | Aim::UpToExcl(k) => Ok(node.leaf_search(k)?.0),
+            Aim::FromExcl(k) | Aim::UpToIncl(k) => {
+                let (pos, found) = node.leaf_search(k)?;
+                Ok(pos + found as usize)
+            }
+        }
+    }
+}
+
+/// Descends from page `id` (expected at `level`, if known) along `aim`,
+/// pushing frames onto `stack`. `is_root` tells whether `id` is the root.
+fn descend<S: PageRead + ?Sized>(
+    store: &S,
+    stack: &mut Vec<Frame>,
+    mut id: PageId,
+    mut level: Option<u8>,
+    aim: Aim,
+) -> Result<()> {
+    let ps = store.page_size();
+    loop {
+        let page = read_node(store, id, level)?;
+        let node = NodeRef::parse(&page, id, ps)?;
+        if node.is_leaf() {
+            if node.count() == 0 && !stack.is_empty() {
+                return Err(Error::corrupted_page(id, "empty non-root leaf"));
+            }
+            let idx = aim.leaf_idx(&node)?;
+            debug_assert!(idx <= node.count());
+            stack.push(Frame { id, page, idx });
+            return Ok(());
+        }
+        let idx = aim.child(&node)?;
+        let child = node.child(idx)?;
+        level = Some(child_level(id, node.level())?);
+        stack.push(Frame { id, page, idx });
+        id = child;
+    }
+}
+
+/// Moves the front path to the next leaf. False when there is none.
+fn advance<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bool> {
+    let ps = store.page_size();
+    stack.pop();
+    while let Some(top) = stack.last_mut() {
+        let node = NodeRef::parse(&top.page, top.id, ps)?;
+        if top.idx < node.count() {
+            top.idx += 1;
+            let child = node.child(top.idx)?;
+            let level = child_level(top.id, node.level())?;
+            descend(store, stack, child, Some(level), Aim::First)?;
+            return Ok(true);
+        }
+        stack.pop();
+    }
+    Ok(false)
+}
+
+/// Moves the back path to the previous leaf. False when there is none.
+fn retreat<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bool> {
+    let ps = store.page_size();
+    stack.pop();
+    while let Some(top) = stack.last_mut() {
+        let node = NodeRef::parse(&top.page, top.id, ps)?;
+        if top.idx > 0 {
+            top.idx -= 1;
+            let child = node.child(top.idx)?;
+            let level = child_level(top.id, node.level())?;
+            descend(store, stack, child, Some(level), Aim::Last)?;
+            return Ok(true);
+        }
+        stack.pop();
+    }
+    Ok(false)
+}
+
+impl Cursor {
+    /// A cursor over the keys of `root` within `(lo, hi)`. Nothing is read
+    /// until the first step. An empty or inverted range yields nothing.
+    pub fn new(root: &TreeRoot, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Cursor {
+        Cursor {
+            root: root.root,
+            lo: owned(lo),
+            hi: owned(hi),
+            front: End::new(),
+            back: End::new(),
+        }
+    }
+
+    /// A cursor over every entry of `root`.
+    pub fn all(root: &TreeRoot) -> Cursor {
+        Cursor::new(root, Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The next entry from the front, or `None` when the ends have met.
+    pub fn next<S: PageRead + ?Sized>(&mut self, store: &S) -> Result<Option<(KeyRef, ValueRef)>> {
+        let r = self.step_front(store);
+        if r.is_err() {
+            self.front.finish();
+        }
+        r
+    }
+
+    /// The next entry from the back, or `None` when the ends have met.
+    pub fn next_back<S: PageRead + ?Sized>(
+        &mut self,
+        store: &S,
+    ) -> Result<Option<(KeyRef, ValueRef)>> {
+        let r = self.step_back(store);
+        if r.is_err() {
+            self.back.finish();
+        }
+        r
+    }
+
+    fn step_front<S: PageRead + ?Sized>(
+        &mut self,
+        store: &S,
+    ) -> Result<Option<(KeyRef, ValueRef)>> {
+        match self.front.state {
+            State::Done => return Ok(None),
+            State::Unstarted => {
+                self.front.state = State::Active;
+                let Some(root) = self.root else {
+                    self.front.finish();
+                    return Ok(None);
+                };
+                descend(
+                    store,
+                    &mut self.front.stack,
+                    root,
+                    None,
+                    Aim::front(&self.lo),
+                )?;
+            }
+            State::Active => {}
+        }
+        let ps = store.page_size();
+        loop {
+            let Some(frame) = self.front.stack.last_mut() else {
+                self.front.finish();
+                return Ok(None);
+            };
+            let node = NodeRef::parse(&frame.page, frame.id, ps)?;
+            debug_assert!(node.is_leaf());
+            if frame.idx >= node.count() {
+                if !advance(store, &mut self.front.stack)? {
+                    self.front.finish();
+                    return Ok(None);
+                }
+                continue;
+            }
+            let idx = frame.idx;
+            frame.idx += 1;
+            let cell = node.leaf_cell(idx)?;
+            if let Some(prev) = &self.front.last {
+                if cell.key <= prev.as_slice() {
+                    return Err(Error::corrupted_page(frame.id, "keys out of order"));
+                }
+            }
+            let met = match &self.back.last {
+                Some(b) => cell.key >= b.as_slice(),
+                None => false,
+            };
+            if met || above(&self.hi, cell.key) {
+                self.front.finish();
+                return Ok(None);
+            }
+            let key = Bytes::new(
+                frame.page.clone(),
+                cell.key_off,
+                cell.key_off + cell.key.len(),
+            );
+            let value = load_value(store, &frame.page, cell.value)?;
+            self.front.last = Some(key.clone());
+            return Ok(Some((key, value)));
+        }
+    }
+
+    fn step_back<S: PageRead + ?Sized>(&mut self, store: &S) -> Result<Option<(KeyRef, ValueRef)>> {
+        match self.back.state {
+            State::Done => return Ok(None),
+            State::Unstarted => {
+                self.back.state = State::Active;
+                let Some(root) = self.root else {
+                    self.back.finish();
+                    return Ok(None);
+                };
+                descend(store, &mut self.back.stack, root, None, Aim::back(&self.hi))?;
+            }
+            State::Active => {}
+        }
+        let ps = store.page_size();
+        loop {
+            let Some(frame) = self.back.stack.last_mut() else {
+                self.back.finish();
+                return Ok(None);
+            };
+            let node = NodeRef::parse(&frame.page, frame.id, ps)?;
+            debug_assert!(node.is_leaf());
+            if frame.idx == 0 {
+                if !retreat(store, &mut self.back.stack)? {
+                    self.back.finish();
+                    return Ok(None);
+                }
+                continue;
+            }
+            if frame.idx > node.count() {
+                return Err(Error::corrupted_page(
+                    frame.id,
+                    "cursor position past the page",
+                ));
+            }
+            frame.idx -= 1;
+            let cell = node.leaf_cell(frame.idx)?;
+            if let Some(prev) = &self.back.last {
+                if cell.key >= prev.as_slice() {
+                    return Err(Error::corrupted_page(frame.id, "keys out of order"));
+                }
+            }
+            let met = match &self.front.last {
+                Some(f) => cell.key <= f.as_slice(),
+                None => false,
+            };
+            if met || below(&self.lo, cell.key) {
+                self.back.finish();
+                return Ok(None);
+            }
+            let key = Bytes::new(
+                frame.page.clone(),
+                cell.key_off,
+                cell.key_off + cell.key.len(),
+            );
+            let value = load_value(store, &frame.page, cell.value)?;
+            self.back.last = Some(key.clone());
+            return Ok(Some((key, value)));
+        }
+    }
+}

@@ -1,0 +1,847 @@
+//! Byte layout of B+tree leaf and branch pages: parsing (validated, never
+//! panicking on any page contents) and building/editing private pages.
+//!
+//! Owns: the slotted-page format below, cell encodings, size limits.
+//! Must not know: how pages are found, cached or allocated (callers pass
+//! page buffers), transactions, the WAL.
+//!
+//! # Node page (after the 32-byte common header of `format::page`)
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0..32 | 32 | common header; `count` = number of cells, type `Leaf`/`Branch` |
+//! | 32 | 4 | `content_start` (u32): offset of the lowest cell byte; page size when there are no cells |
+//! | 36 | 1 | `level`: 0 for a leaf, height above the leaves for a branch (1..=63) |
+//! | 37 | 3 | reserved, 0 |
+//! | 40 | 8 | branch: `rightmost` child `PageId`; leaf: 0 |
+//! | 48 | 2 × count | slot array: u16 offset of each cell, in ascending key order |
+//! | … | | free gap |
+//! | content_start .. page end | | cells, packed downward from the page end (may contain dead bytes of removed cells) |
+//!
+//! # Leaf cell
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 2 | key length `k` (u16) |
+//! | 2 | 4 | value length `v` (u32), the full length even when stored in an overflow run |
+//! | 6 | 1 | flags: 0 = value inline, 1 = value in an overflow run |
+//! | 7 | k | key bytes |
+//! | 7 + k | v or 8 | inline: the value; overflow: first `PageId` (u64) of the run |
+//!
+//! An overflow run has `pages_for_payload(page_size, v)` pages, type
+//! `Overflow`, `payload_len = v`, and the value at byte 32 of the run.
+//! A value is stored inline exactly when its inline cell fits the cell limit
+//! ([`inline_fits`]); a cell that says otherwise is corrupt.
+//!
+//! # Branch cell
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | child `PageId` |
+//! | 8 | 2 | separator length `k` (u16) |
+//! | 10 | k | separator bytes |
+//!
+//! A branch with `n` cells has `n + 1` children: cell `i`'s child holds the
+//! keys in `[sep[i-1], sep[i])`; `rightmost` holds the keys `>= sep[n-1]`.
+//! Separators are strictly increasing. Every child's `level` is its parent's
+//! minus one, so all leaves are at the same depth and a descent ends within
+//! 64 pages even over corrupted pointers.
+//!
+//! # Limits
+//!
+//! `usable = page_size - 48`. A cell plus its slot is at most `usable / 3`
+//! bytes, so any two-way split of an overfull page fits in two pages and a
+//! page holds at least three cells. Keys longer than [`max_key_len`] are
+//! rejected; longer values go to overflow runs.
+
+use std::cmp::Ordering;
+
+use crate::error::{Error, Result};
+use crate::format::page::{read_u16, read_u32, read_u64, PageBuf, PageType, HEADER_LEN};
+use crate::types::{CfId, PageId};
+
+/// Offset of `content_start`.
+const OFF_CONTENT: usize = HEADER_LEN;
+/// Offset of `level`.
+const OFF_LEVEL: usize = HEADER_LEN + 4;
+/// Offset of the reserved bytes after `level`.
+const OFF_RESERVED: usize = HEADER_LEN + 5;
+/// Offset of `rightmost`.
+const OFF_RIGHTMOST: usize = HEADER_LEN + 8;
+/// End of the node header, start of the slot array.
+pub(crate) const NODE_HEADER_LEN: usize = HEADER_LEN + 16;
+/// Bytes per slot.
+pub(crate) const SLOT_LEN: usize = 2;
+/// Fixed part of a leaf cell.
+pub(crate) const LEAF_CELL_HEADER: usize = 7;
+/// Fixed part of a branch cell.
+pub(crate) const BRANCH_CELL_HEADER: usize = 10;
+/// Size of an overflow pointer in a leaf cell.
+pub(crate) const OVERFLOW_PTR_LEN: usize = 8;
+/// Highest level a page may have (a root at level 63 is a tree of depth 64).
+pub(crate) const MAX_LEVEL: u8 = 63;
+/// Flag: the value lives in an overflow run.
+const FLAG_OVERFLOW: u8 = 1;
+
+/// Bytes available for slots and cells.
+#[inline]
+pub(crate) fn usable(page_size: usize) -> usize {
+    page_size - NODE_HEADER_LEN
+}
+
+/// Largest cell including its slot.
+#[inline]
+pub(crate) fn max_cell_with_slot(page_size: usize) -> usize {
+    usable(page_size) / 3
+}
+
+/// Longest key accepted at `page_size`.
+pub fn max_key_len(page_size: usize) -> usize {
+    let leaf = max_cell_with_slot(page_size) - SLOT_LEN - LEAF_CELL_HEADER - OVERFLOW_PTR_LEN;
+    let branch = max_cell_with_slot(page_size) - SLOT_LEN - BRANCH_CELL_HEADER;
+    leaf.min(branch).min(u16::MAX as usize)
+}
+
+/// Longest value accepted (an overflow run's payload length is a u32).
+pub fn max_value_len() -> usize {
+    u32::MAX as usize - HEADER_LEN
+}
+
+/// True if a value of `value_len` bytes is stored inline next to a key of
+/// `key_len` bytes.
+#[inline]
+pub(crate) fn inline_fits(page_size: usize, key_len: usize, value_len: usize) -> bool {
+    SLOT_LEN + LEAF_CELL_HEADER + key_len + value_len <= max_cell_with_slot(page_size)
+}
+
+/// A page is underfull when its cells and slots use less than this.
+#[inline]
+pub(crate) fn underfull_below(page_size: usize) -> usize {
+    usable(page_size) / 4
+}
+
+/// Where a leaf cell's value is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ValueLoc {
+    /// Bytes `start..end` of the leaf page.
+    Inline { start: usize, end: usize },
+    /// An overflow run starting at `id` holding `len` bytes.
+    Overflow { id: PageId, len: u32 },
+}
+
+/// A decoded leaf cell.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeafCell<'a> {
+    pub key: &'a [u8],
+    /// Offset of the key in the page.
+    pub key_off: usize,
+    pub value: ValueLoc,
+}
+
+/// A validated read-only view of a leaf or branch page. Parsing checks the
+/// header; every cell access checks that cell's bounds, so no page content
+/// can cause a panic or an out-of-bounds read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeRef<'a> {
+    b: &'a [u8],
+    id: PageId,
+    count: usize,
+    content: usize,
+    level: u8,
+}
+
+impl<'a> NodeRef<'a> {
+    /// Parses the node header of `page`, which the store returned for `id`.
+    pub fn parse(page: &'a PageBuf, id: PageId, page_size: usize) -> Result<NodeRef<'a>> {
+        let b = page.bytes();
+        if b.len() != page_size || page_size < 4 * NODE_HEADER_LEN {
+            return Err(Error::corrupted_page(id, "tree page has the wrong length"));
+        }
+        let is_leaf = match page.page_type() {
+            Some(PageType::Leaf) => true,
+            Some(PageType::Branch) => false,
+            other => {
+                return Err(Error::corrupted_page(
+                    id,
+                    format!("expected a tree page, found type {other:?}"),
+                ))
+            }
+        };
+        let level = b[OFF_LEVEL];
+        if is_leaf != (level == 0) || level > MAX_LEVEL {
+            return Err(Error::corrupted_page(id, format!("bad node level {level}")));
+        }
+        if b[OFF_RESERVED..OFF_RIGHTMOST].iter().any(|&x| x != 0) {
+            return Err(Error::corrupted_page(
+                id,
+                "reserved node header bytes not zero",
+            ));
+        }
+        if is_leaf && read_u64(b, OFF_RIGHTMOST) != 0 {
+            return Err(Error::corrupted_page(id, "leaf has a rightmost child"));
+        }
+        let count = page.count() as usize;
+        let content = read_u32(b, OFF_CONTENT) as usize;
+        let slots_end = NODE_HEADER_LEN + count * SLOT_LEN;
+        if slots_end > content || content > b.len() {
+            return Err(Error::corrupted_page(
+                id,
+                format!("cell count {count} / content start {content} out of bounds"),
+            ));
+        }
+        Ok(NodeRef {
+            b,
+            id,
+            count,
+            content,
+            level,
+        })
+    }
+
+    /// The page id this view was parsed for.
+    #[inline]
+    pub fn id(&self) -> PageId {
+        self.id
+    }
+
+    /// Number of cells.
+    #[inline]
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Level (0 = leaf).
+    #[inline]
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    /// True for a leaf.
+    #[inline]
+    pub fn is_leaf(&self) -> bool {
+        self.level == 0
+    }
+
+    /// Bytes of the contiguous gap between the slot array and the cells.
+    #[inline]
+    pub fn gap(&self) -> usize {
+        self.content - (NODE_HEADER_LEN + self.count * SLOT_LEN)
+    }
+
+    fn corrupt(&self, what: impl Into<String>) -> Error {
+        Error::corrupted_page(self.id, what)
+    }
+
+    /// Offset of cell `i`, checked to lie in the cell area.
+    #[inline]
+    fn cell_off(&self, i: usize) -> Result<usize> {
+        debug_assert!(i < self.count, "cell {i} of {}", self.count);
+        let off = read_u16(self.b, NODE_HEADER_LEN + i * SLOT_LEN) as usize;
+        if off < self.content || off >= self.b.len() {
+            return Err(self.corrupt(format!("slot {i} points outside the cell area")));
+        }
+        Ok(off)
+    }
+
+    /// Reads `len` bytes at `off`, failing if they pass the page end.
+    #[inline]
+    fn span(&self, off: usize, len: usize, what: &str) -> Result<&'a [u8]> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.b.len() => Ok(&self.b[off..end]),
+            _ => Err(self.corrupt(format!("{what} passes the page end"))),
+        }
+    }
+
+    /// Decodes leaf cell `i` and returns it with its total length in bytes.
+    pub fn leaf_cell_with_len(&self, i: usize) -> Result<(LeafCell<'a>, usize)> {
+        debug_assert!(self.is_leaf());
+        let off = self.cell_off(i)?;
+        let h = self.span(off, LEAF_CELL_HEADER, "leaf cell header")?;
+        let klen = read_u16(h, 0) as usize;
+        let vlen = read_u32(h, 2) as usize;
+        let flags = h[6];
+        let key = self.span(off + LEAF_CELL_HEADER, klen, "leaf key")?;
+        let vstart = off + LEAF_CELL_HEADER + klen;
+        let page_size = self.b.len();
+        match flags {
+            0 => {
+                if !inline_fits(page_size, klen, vlen) {
+                    return Err(self.corrupt(format!("inline value of cell {i} too long")));
+                }
+                self.span(vstart, vlen, "inline value")?;
+                let value = ValueLoc::Inline {
+                    start: vstart,
+                    end: vstart + vlen,
+                };
+                let cell = LeafCell {
+                    key,
+                    key_off: off + LEAF_CELL_HEADER,
+                    value,
+                };
+                Ok((cell, LEAF_CELL_HEADER + klen + vlen))
+            }
+            FLAG_OVERFLOW => {
+                if inline_fits(page_size, klen, vlen) || vlen > max_value_len() {
+                    return Err(self.corrupt(format!("overflow length of cell {i} invalid")));
+                }
+                let ptr = self.span(vstart, OVERFLOW_PTR_LEN, "overflow pointer")?;
+                let value = ValueLoc::Overflow {
+                    id: PageId(read_u64(ptr, 0)),
+                    len: vlen as u32,
+                };
+                let cell = LeafCell {
+                    key,
+                    key_off: off + LEAF_CELL_HEADER,
+                    value,
+                };
+                Ok((cell, LEAF_CELL_HEADER + klen + OVERFLOW_PTR_LEN))
+            }
+            f => Err(self.corrupt(format!("unknown leaf cell flags {f:#x}"))),
+        }
+    }
+
+    /// Decodes leaf cell `i`.
+    #[inline]
+    pub fn leaf_cell(&self, i: usize) -> Result<LeafCell<'a>> {
+        Ok(self.leaf_cell_with_len(i)?.0)
+    }
+
+    /// Key of leaf cell `i` (does not decode the value).
+    #[inline]
+    pub fn leaf_key(&self, i: usize) -> Result<&'a [u8]> {
+        debug_assert!(self.is_leaf());
+        let off = self.cell_off(i)?;
+        let h = self.span(off, LEAF_CELL_HEADER, "leaf cell header")?;
+        let klen = read_u16(h, 0) as usize;
+        self.span(off + LEAF_CELL_HEADER, klen, "leaf key")
+    }
+
+    /// Separator `i` of a branch.
+    #[inline]
+    pub fn branch_key(&self, i: usize) -> Result<&'a [u8]> {
+        debug_assert!(!self.is_leaf());
+        let off = self.cell_off(i)?;
+        let h = self.span(off, BRANCH_CELL_HEADER, "branch cell header")?;
+        let klen = read_u16(h, 8) as usize;
+        self.span(off + BRANCH_CELL_HEADER, klen, "separator")
+    }
+
+    /// Child `i` of a branch, `0 ..= count` (`count` is the rightmost).
+    pub fn child(&self, i: usize) -> Result<PageId> {
+        debug_assert!(!self.is_leaf());
+        debug_assert!(i <= self.count);
+        if i == self.count {
+            return Ok(PageId(read_u64(self.b, OFF_RIGHTMOST)));
+        }
+        let off = self.cell_off(i)?;
+        let h = self.span(off, BRANCH_CELL_HEADER, "branch cell header")?;
+        Ok(PageId(read_u64(h, 0)))
+    }
+
+    /// The raw bytes of cell `i` (bounds and encoding checked).
+    pub fn cell_bytes(&self, i: usize) -> Result<&'a [u8]> {
+        let off = self.cell_off(i)?;
+        let len = if self.is_leaf() {
+            self.leaf_cell_with_len(i)?.1
+        } else {
+            BRANCH_CELL_HEADER + self.branch_key(i)?.len()
+        };
+        self.span(off, len, "cell")
+    }
+
+    /// Bytes used by cells and slots (what a compacted copy would use).
+    pub fn used(&self) -> Result<usize> {
+        let mut total = 0usize;
+        for i in 0..self.count {
+            total += self.cell_bytes(i)?.len() + SLOT_LEN;
+        }
+        Ok(total)
+    }
+
+    /// In a leaf: the first position whose key is `>= key`, and whether it
+    /// is equal.
+    pub fn leaf_search(&self, key: &[u8]) -> Result<(usize, bool)> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.leaf_key(mid)?.cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Equal => return Ok((mid, true)),
+                Ordering::Greater => hi = mid,
+            }
+        }
+        Ok((lo, false))
+    }
+
+    /// In a branch: the number of separators `<= key`, i.e. the child that
+    /// holds `key`.
+    pub fn branch_search(&self, key: &[u8]) -> Result<usize> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.branch_key(mid)? <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// In a branch: the number of separators `< key`, i.e. the child that
+    /// holds the greatest keys below `key`.
+    pub fn branch_search_lt(&self, key: &[u8]) -> Result<usize> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.branch_key(mid)? < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Checks every cell: in bounds, inside the cell area, not overlapping
+    /// another cell. Used by the integrity walk and before copying a page.
+    pub fn check_cells(&self) -> Result<()> {
+        let mut spans = Vec::with_capacity(self.count);
+        for i in 0..self.count {
+            let off = self.cell_off(i)?;
+            spans.push((off, off + self.cell_bytes(i)?.len()));
+        }
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            if w[0].1 > w[1].0 {
+                return Err(self.corrupt("cells overlap"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cell to write into a page: new contents or a copy of an existing cell.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NewCell<'a> {
+    /// A leaf cell with its value inline.
+    LeafInline { key: &'a [u8], value: &'a [u8] },
+    /// A leaf cell pointing at an overflow run.
+    LeafOverflow { key: &'a [u8], id: PageId, len: u32 },
+    /// A branch cell.
+    Branch { child: PageId, key: &'a [u8] },
+    /// A copy of an encoded cell (already validated by [`NodeRef`]).
+    Raw { leaf: bool, bytes: &'a [u8] },
+}
+
+impl<'a> NewCell<'a> {
+    /// Encoded length in bytes (without the slot).
+    pub fn len(&self) -> usize {
+        match self {
+            NewCell::LeafInline { key, value } => LEAF_CELL_HEADER + key.len() + value.len(),
+            NewCell::LeafOverflow { key, .. } => LEAF_CELL_HEADER + key.len() + OVERFLOW_PTR_LEN,
+            NewCell::Branch { key, .. } => BRANCH_CELL_HEADER + key.len(),
+            NewCell::Raw { bytes, .. } => bytes.len(),
+        }
+    }
+
+    /// True for leaf cells.
+    pub fn is_leaf(&self) -> bool {
+        match self {
+            NewCell::LeafInline { .. } | NewCell::LeafOverflow { .. } => true,
+            NewCell::Branch { .. } => false,
+            NewCell::Raw { leaf, .. } => *leaf,
+        }
+    }
+
+    /// The key (leaf) or separator (branch).
+    pub fn key(&self) -> &'a [u8] {
+        match self {
+            NewCell::LeafInline { key, .. }
+            | NewCell::LeafOverflow { key, .. }
+            | NewCell::Branch { key, .. } => key,
+            NewCell::Raw { leaf: true, bytes } => {
+                let klen = read_u16(bytes, 0) as usize;
+                &bytes[LEAF_CELL_HEADER..LEAF_CELL_HEADER + klen]
+            }
+            NewCell::Raw { leaf: false, bytes } => {
+                let klen = read_u16(bytes, 8) as usize;
+                &bytes[BRANCH_CELL_HEADER..BRANCH_CELL_HEADER + klen]
+            }
+        }
+    }
+
+    /// The child of a branch cell.
+    pub fn child(&self) -> PageId {
+        match self {
+            NewCell::Branch { child, .. } => *child,
+            NewCell::Raw { leaf: false, bytes } => PageId(read_u64(bytes, 0)),
+            _ => unreachable!("child() of a leaf cell"),
+        }
+    }
+
+    /// Writes the encoded cell into `dst` (exactly `self.len()` bytes).
+    pub fn write(&self, dst: &mut [u8]) {
+        debug_assert_eq!(dst.len(), self.len());
+        match self {
+            NewCell::LeafInline { key, value } => {
+                write_leaf_header(dst, key, value.len() as u32, 0);
+                dst[LEAF_CELL_HEADER + key.len()..].copy_from_slice(value);
+            }
+            NewCell::LeafOverflow { key, id, len } => {
+                write_leaf_header(dst, key, *len, FLAG_OVERFLOW);
+                dst[LEAF_CELL_HEADER + key.len()..].copy_from_slice(&id.0.to_le_bytes());
+            }
+            NewCell::Branch { child, key } => {
+                debug_assert!(key.len() <= u16::MAX as usize);
+                dst[0..8].copy_from_slice(&child.0.to_le_bytes());
+                dst[8..10].copy_from_slice(&(key.len() as u16).to_le_bytes());
+                dst[BRANCH_CELL_HEADER..].copy_from_slice(key);
+            }
+            NewCell::Raw { bytes, .. } => dst.copy_from_slice(bytes),
+        }
+    }
+}
+
+fn write_leaf_header(dst: &mut [u8], key: &[u8], vlen: u32, flags: u8) {
+    debug_assert!(key.len() <= u16::MAX as usize);
+    dst[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    dst[2..6].copy_from_slice(&vlen.to_le_bytes());
+    dst[6] = flags;
+    dst[LEAF_CELL_HEADER..LEAF_CELL_HEADER + key.len()].copy_from_slice(key);
+}
+
+/// Builds a fresh node page cell by cell, in key order.
+pub(crate) struct NodeBuilder {
+    buf: PageBuf,
+    count: usize,
+    content: usize,
+    level: u8,
+}
+
+impl NodeBuilder {
+    /// An empty node of `level` for page `id`.
+    pub fn new(page_size: usize, id: PageId, cf: CfId, level: u8) -> NodeBuilder {
+        debug_assert!(level <= MAX_LEVEL);
+        let ty = if level == 0 {
+            PageType::Leaf
+        } else {
+            PageType::Branch
+        };
+        let mut buf = PageBuf::new_run(page_size, 1, ty, id, cf);
+        buf.bytes_mut()[OFF_LEVEL] = level;
+        NodeBuilder {
+            buf,
+            count: 0,
+            content: page_size,
+            level,
+        }
+    }
+
+    /// Appends a cell after the ones pushed so far. Fails (rather than
+    /// panicking) if it does not fit; callers check sizes first.
+    pub fn push(&mut self, cell: &NewCell) -> Result<()> {
+        debug_assert_eq!(cell.is_leaf(), self.level == 0);
+        let len = cell.len();
+        let slots_end = NODE_HEADER_LEN + (self.count + 1) * SLOT_LEN;
+        if len + slots_end > self.content {
+            return Err(Error::corrupted_page(
+                self.buf.page_id(),
+                "cells do not fit in one page",
+            ));
+        }
+        let off = self.content - len;
+        cell.write(&mut self.buf.bytes_mut()[off..self.content]);
+        set_slot(&mut self.buf, self.count, off);
+        self.content = off;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Sets the rightmost child of a branch.
+    pub fn set_rightmost(&mut self, child: PageId) {
+        debug_assert!(self.level > 0);
+        self.buf.bytes_mut()[OFF_RIGHTMOST..OFF_RIGHTMOST + 8]
+            .copy_from_slice(&child.0.to_le_bytes());
+    }
+
+    /// The finished page.
+    pub fn finish(mut self) -> PageBuf {
+        debug_assert!(self.count <= u16::MAX as usize);
+        self.buf.set_count(self.count as u16);
+        set_content(&mut self.buf, self.content);
+        self.buf
+    }
+}
+
+/// A compacted copy of `node` as page `id` (cells, order and rightmost
+/// child preserved). Fails if the cells are corrupt.
+pub(crate) fn rebuild(node: &NodeRef, page_size: usize, id: PageId, cf: CfId) -> Result<PageBuf> {
+    if node.used()? > usable(page_size) {
+        return Err(node.corrupt("cells overflow the page"));
+    }
+    let mut b = NodeBuilder::new(page_size, id, cf, node.level());
+    let leaf = node.is_leaf();
+    for i in 0..node.count() {
+        b.push(&NewCell::Raw {
+            leaf,
+            bytes: node.cell_bytes(i)?,
+        })?;
+    }
+    if !leaf {
+        b.set_rightmost(node.child(node.count())?);
+    }
+    Ok(b.finish())
+}
+
+fn set_slot(page: &mut PageBuf, i: usize, off: usize) {
+    debug_assert!(off < page.len() && off <= u16::MAX as usize);
+    let at = NODE_HEADER_LEN + i * SLOT_LEN;
+    page.bytes_mut()[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
+}
+
+fn set_content(page: &mut PageBuf, content: usize) {
+    debug_assert!(content <= page.len());
+    page.bytes_mut()[OFF_CONTENT..OFF_CONTENT + 4].copy_from_slice(&(content as u32).to_le_bytes());
+}
+
+/// The view of a private page (built by this module, so parsing only fails
+/// on a bug; the error is still returned rather than panicking).
+fn view(page: &PageBuf) -> Result<NodeRef<'_>> {
+    NodeRef::parse(page, page.page_id(), page.len())
+}
+
+/// Inserts `cell` at slot position `pos` of a private page, compacting if
+/// the gap is too small. Returns false, leaving the page unchanged, if the
+/// cell does not fit at all.
+pub(crate) fn insert_cell(page: &mut PageBuf, pos: usize, cell: &NewCell) -> Result<bool> {
+    let need = cell.len() + SLOT_LEN;
+    let (count, gap, used) = {
+        let n = view(page)?;
+        debug_assert_eq!(n.is_leaf(), cell.is_leaf());
+        debug_assert!(pos <= n.count());
+        let used = if n.gap() >= need { 0 } else { n.used()? };
+        (n.count(), n.gap(), used)
+    };
+    if gap < need {
+        if used + need > usable(page.len()) {
+            return Ok(false);
+        }
+        compact(page)?;
+    }
+    let content = read_u32(page.bytes(), OFF_CONTENT) as usize;
+    debug_assert!(content - (NODE_HEADER_LEN + count * SLOT_LEN) >= need);
+    let off = content - cell.len();
+    cell.write(&mut page.bytes_mut()[off..content]);
+    let slot_at = NODE_HEADER_LEN + pos * SLOT_LEN;
+    let slots_end = NODE_HEADER_LEN + count * SLOT_LEN;
+    page.bytes_mut()
+        .copy_within(slot_at..slots_end, slot_at + SLOT_LEN);
+    set_slot(page, pos, off);
+    set_content(page, off);
+    page.set_count((count + 1) as u16);
+    Ok(true)
+}
+
+/// Removes cell `pos` of a private page. Its bytes become dead space unless
+/// it was the lowest cell.
+pub(crate) fn remove_cell(page: &mut PageBuf, pos: usize) -> Result<()> {
+    let (count, off, len, content) = {
+        let n = view(page)?;
+        debug_assert!(pos < n.count());
+        let bytes = n.cell_bytes(pos)?;
+        (n.count(), n.cell_off(pos)?, bytes.len(), n.content)
+    };
+    if off == content {
+        set_content(page, content + len);
+    }
+    let slot_at = NODE_HEADER_LEN + pos * SLOT_LEN;
+    let slots_end = NODE_HEADER_LEN + count * SLOT_LEN;
+    page.bytes_mut()
+        .copy_within(slot_at + SLOT_LEN..slots_end, slot_at);
+    page.set_count((count - 1) as u16);
+    Ok(())
+}
+
+/// Points child `i` (`0 ..= count`) of a private branch at `child`.
+pub(crate) fn set_child(page: &mut PageBuf, i: usize, child: PageId) -> Result<()> {
+    let at = {
+        let n = view(page)?;
+        debug_assert!(!n.is_leaf() && i <= n.count());
+        if i == n.count() {
+            OFF_RIGHTMOST
+        } else {
+            n.cell_off(i)?
+        }
+    };
+    page.bytes_mut()[at..at + 8].copy_from_slice(&child.0.to_le_bytes());
+    Ok(())
+}
+
+/// Removes child `i` (`0 ..= count`) of a private branch together with an
+/// adjacent separator: cell `i` when `i < count`, else the last cell (whose
+/// child becomes the rightmost). Returns true, leaving the page unchanged,
+/// if the branch had no separators, i.e. it just lost its only child.
+pub(crate) fn remove_child(page: &mut PageBuf, i: usize) -> Result<bool> {
+    let (count, last_child) = {
+        let n = view(page)?;
+        debug_assert!(!n.is_leaf() && i <= n.count());
+        if n.count() == 0 {
+            return Ok(true);
+        }
+        (n.count(), n.child(n.count() - 1)?)
+    };
+    if i < count {
+        remove_cell(page, i)?;
+    } else {
+        set_child(page, count, last_child)?;
+        remove_cell(page, count - 1)?;
+    }
+    Ok(false)
+}
+
+/// Rewrites a private page with its cells packed at the end.
+fn compact(page: &mut PageBuf) -> Result<()> {
+    let rebuilt = {
+        let n = view(page)?;
+        rebuild(&n, page.len(), page.page_id(), page.cf())?
+    };
+    *page = rebuilt;
+    Ok(())
+}
+
+/// The shortest key `s` with `left < s <= right` (requires `left < right`).
+pub(crate) fn shortest_separator<'r>(left: &[u8], right: &'r [u8]) -> &'r [u8] {
+    debug_assert!(left < right);
+    let common = left
+        .iter()
+        .zip(right.iter())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let sep = &right[..(common + 1).min(right.len())];
+    debug_assert!(left < sep && sep <= right);
+    sep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PS: usize = 4096;
+
+    fn leaf(id: u64) -> PageBuf {
+        NodeBuilder::new(PS, PageId(id), CfId(1), 0).finish()
+    }
+
+    #[test]
+    fn limits_at_4k() {
+        assert!(max_key_len(PS) >= 1024);
+        assert!(inline_fits(PS, max_key_len(PS), 0));
+        assert!(max_key_len(65536) <= u16::MAX as usize);
+        assert_eq!(max_value_len(), u32::MAX as usize - 32);
+    }
+
+    #[test]
+    fn insert_remove_compact() {
+        let mut p = leaf(7);
+        let keys: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let mut n = 0;
+        for k in &keys {
+            let cell = NewCell::LeafInline {
+                key: k,
+                value: b"0123456789",
+            };
+            if !insert_cell(&mut p, n, &cell).unwrap() {
+                break;
+            }
+            n += 1;
+        }
+        assert_eq!(n, 100);
+        // Remove every other cell, then refill: needs compaction.
+        for i in (0..n / 2).rev() {
+            remove_cell(&mut p, i * 2).unwrap();
+        }
+        let v = view(&p).unwrap();
+        let remaining = v.count();
+        assert_eq!(remaining, n - n / 2);
+        for i in 0..remaining {
+            assert_eq!(v.leaf_key(i).unwrap(), &keys[i * 2 + 1][..]);
+        }
+        let cell = NewCell::LeafInline {
+            key: b"",
+            value: &[9u8; 600],
+        };
+        assert!(insert_cell(&mut p, 0, &cell).unwrap());
+        let v = view(&p).unwrap();
+        v.check_cells().unwrap();
+        assert_eq!(v.leaf_key(0).unwrap(), b"");
+        let c = v.leaf_cell(0).unwrap();
+        match c.value {
+            ValueLoc::Inline { start, end } => assert_eq!(&p.bytes()[start..end], &[9u8; 600][..]),
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn branch_children() {
+        let mut b = NodeBuilder::new(PS, PageId(3), CfId(1), 1);
+        b.push(&NewCell::Branch {
+            child: PageId(10),
+            key: b"m",
+        })
+        .unwrap();
+        b.set_rightmost(PageId(11));
+        let mut p = b.finish();
+        let v = view(&p).unwrap();
+        assert_eq!(v.branch_search(b"a").unwrap(), 0);
+        assert_eq!(v.branch_search(b"m").unwrap(), 1);
+        assert_eq!(v.branch_search_lt(b"m").unwrap(), 0);
+        set_child(&mut p, 1, PageId(12)).unwrap();
+        let v = view(&p).unwrap();
+        assert_eq!(v.child(0).unwrap(), PageId(10));
+        assert_eq!(v.child(1).unwrap(), PageId(12));
+    }
+
+    #[test]
+    fn separators() {
+        assert_eq!(shortest_separator(b"abc", b"abd"), b"abd");
+        assert_eq!(shortest_separator(b"ab", b"abzz"), b"abz");
+        assert_eq!(shortest_separator(b"", b"q"), b"q");
+        assert_eq!(shortest_separator(b"a", b"zzz"), b"z");
+    }
+
+    #[test]
+    fn garbage_pages_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for _ in 0..2000 {
+            let mut p = leaf(1);
+            let bytes = p.bytes_mut();
+            let n = rng.gen_range(0..64);
+            for _ in 0..n {
+                let i = rng.gen_range(4..bytes.len().min(200));
+                bytes[i] = rng.gen();
+            }
+            if rng.gen_bool(0.5) {
+                bytes[4] = 1;
+            }
+            if let Ok(v) = NodeRef::parse(&p, PageId(1), PS) {
+                for i in 0..v.count() {
+                    let _ = v.cell_bytes(i);
+                    if v.is_leaf() {
+                        let _ = v.leaf_cell(i);
+                    } else {
+                        let _ = v.child(i);
+                    }
+                }
+                let _ = v.used();
+                let _ = v.check_cells();
+                if v.is_leaf() {
+                    let _ = v.leaf_search(b"k");
+                } else {
+                    let _ = v.branch_search(b"k");
+                }
+            }
+        }
+    }
+}

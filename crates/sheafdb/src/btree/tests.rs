@@ -1,0 +1,755 @@
+//! Tests of the B+tree against a `BTreeMap` model, over the in-memory
+//! store of `mem_store` (which panics on double frees and on writes to
+//! committed pages).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::mem_store::MemStore;
+use super::*;
+use crate::format::page::PageType;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const PS: usize = 4096;
+
+/// Walks the tree and returns (entries, runs visited as first page → pages,
+/// pages by type).
+fn walk_all(s: &MemStore, root: &TreeRoot) -> (u64, BTreeMap<PageId, u32>, [usize; 3]) {
+    let mut runs = BTreeMap::new();
+    let mut by_type = [0usize; 3];
+    let n = walk(s, root, &mut |id, npages, ty| {
+        assert!(runs.insert(id, npages).is_none(), "walk visited {id} twice");
+        match ty {
+            PageType::Leaf => by_type[0] += 1,
+            PageType::Branch => by_type[1] += 1,
+            PageType::Overflow => by_type[2] += 1,
+            PageType::Blob => panic!("blob in a tree"),
+        }
+    })
+    .unwrap_or_else(|e| panic!("walk failed: {e}"));
+    (n, runs, by_type)
+}
+
+/// Walks the only tree of `s` and checks that its pages are exactly the
+/// live pages of the store (no leak, no dangling page).
+fn check_store(s: &MemStore, root: &TreeRoot) -> [usize; 3] {
+    let (n, runs, by_type) = walk_all(s, root);
+    assert_eq!(n, root.len);
+    assert_eq!(
+        &runs,
+        s.live(),
+        "live pages differ from the pages of the tree"
+    );
+    by_type
+}
+
+fn collect_all(s: &MemStore, root: &TreeRoot) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut c = Cursor::all(root);
+    let mut out = Vec::new();
+    while let Some((k, v)) = c.next(s).unwrap() {
+        out.push((k.to_vec(), v.to_vec()));
+    }
+    out
+}
+
+fn check_model(s: &MemStore, root: &TreeRoot, model: &Model) {
+    assert_eq!(root.len, model.len() as u64);
+    let got = collect_all(s, root);
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert!(got == want, "tree contents differ from the model");
+}
+
+fn value_of(len: usize, tag: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(tag) as u8)
+        .collect()
+}
+
+fn gen_key(rng: &mut StdRng) -> Vec<u8> {
+    match rng.gen_range(0..10) {
+        0..=5 => {
+            let n = rng.gen_range(0..4);
+            (0..n).map(|_| b"abcd"[rng.gen_range(0..4)]).collect()
+        }
+        6..=8 => rng.gen_range(0u64..3000).to_be_bytes().to_vec(),
+        _ => {
+            let n = rng.gen_range(0..1024);
+            let mut k = vec![b'L'; n];
+            if n > 0 {
+                k[n - 1] = rng.gen();
+            }
+            k
+        }
+    }
+}
+
+fn gen_value(rng: &mut StdRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..10) {
+        0..=6 => rng.gen_range(0..40),
+        7..=8 => rng.gen_range(40..1500),
+        _ => rng.gen_range(1500..20_000),
+    };
+    value_of(len, rng.gen())
+}
+
+fn gen_bound(rng: &mut StdRng) -> Bound<Vec<u8>> {
+    match rng.gen_range(0..3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(gen_key(rng)),
+        _ => Bound::Excluded(gen_key(rng)),
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn in_range(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let lo_ok = match lo {
+        Bound::Included(l) => k >= l.as_slice(),
+        Bound::Excluded(l) => k > l.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let hi_ok = match hi {
+        Bound::Included(h) => k <= h.as_slice(),
+        Bound::Excluded(h) => k < h.as_slice(),
+        Bound::Unbounded => true,
+    };
+    lo_ok && hi_ok
+}
+
+/// Runs a random mix of `next` / `next_back` over a random range and
+/// compares with the model.
+fn check_range(rng: &mut StdRng, s: &MemStore, root: &TreeRoot, model: &Model) {
+    let (lo, hi) = (gen_bound(rng), gen_bound(rng));
+    let mut want: VecDeque<(&Vec<u8>, &Vec<u8>)> = model
+        .iter()
+        .filter(|(k, _)| in_range(k, &lo, &hi))
+        .collect();
+    let mut c = Cursor::new(root, as_ref(&lo), as_ref(&hi));
+    let back_bias = rng.gen_range(0.0..1.0);
+    loop {
+        let back = rng.gen_bool(back_bias);
+        let got = if back {
+            c.next_back(s).unwrap()
+        } else {
+            c.next(s).unwrap()
+        };
+        let exp = if back {
+            want.pop_back()
+        } else {
+            want.pop_front()
+        };
+        match (got, exp) {
+            (None, None) => break,
+            (Some((k, v)), Some((ek, ev))) => {
+                assert_eq!(k.as_slice(), ek.as_slice());
+                assert!(v.as_slice() == ev.as_slice(), "value differs");
+            }
+            (g, e) => panic!("range {lo:?}..{hi:?}: got {g:?}, expected {e:?}"),
+        }
+    }
+    // Both ends stay finished.
+    assert!(c.next(s).unwrap().is_none());
+    assert!(c.next_back(s).unwrap().is_none());
+}
+
+fn pick_key(rng: &mut StdRng, model: &Model) -> Vec<u8> {
+    if model.is_empty() || rng.gen_bool(0.3) {
+        gen_key(rng)
+    } else {
+        model
+            .keys()
+            .nth(rng.gen_range(0..model.len()))
+            .unwrap()
+            .clone()
+    }
+}
+
+/// One random model run.
+fn model_run(seed: u64, steps: usize, ps: usize) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut s = MemStore::new(ps);
+    let mut root = TreeRoot::default();
+    let mut model = Model::new();
+    let mut max_len = 0;
+    // Phases alternate growth and shrinking so both splits and merges run.
+    for step in 0..steps {
+        let grow = (step / 300) % 2 == 0;
+        let op = rng.gen_range(0..100);
+        match op {
+            0..=34 if grow || op < 20 => {
+                let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
+                let old = insert(&mut s, &mut root, &k, &v).unwrap();
+                let exp = model.insert(k, v);
+                assert_eq!(old.map(|b| b.to_vec()), exp);
+            }
+            0..=34 => {
+                let k = pick_key(&mut rng, &model);
+                let old = remove(&mut s, &mut root, &k).unwrap();
+                assert_eq!(old.map(|b| b.to_vec()), model.remove(&k));
+            }
+            35..=49 => {
+                let k = pick_key(&mut rng, &model);
+                let old = remove(&mut s, &mut root, &k).unwrap();
+                assert_eq!(old.map(|b| b.to_vec()), model.remove(&k));
+            }
+            50..=54 => {
+                let (k, v) = (pick_key(&mut rng, &model), gen_value(&mut rng));
+                let replaced = put(&mut s, &mut root, &k, &v).unwrap();
+                assert_eq!(replaced, model.insert(k, v).is_some());
+            }
+            55..=59 => {
+                let k = pick_key(&mut rng, &model);
+                let found = delete(&mut s, &mut root, &k).unwrap();
+                assert_eq!(found, model.remove(&k).is_some());
+            }
+            60..=69 => {
+                let k = pick_key(&mut rng, &model);
+                let got = get(&s, &root, &k).unwrap();
+                assert_eq!(got.map(|b| b.to_vec()).as_ref(), model.get(&k));
+            }
+            70..=79 => check_range(&mut rng, &s, &root, &model),
+            80..=82 => {
+                let got = pop_first(&mut s, &mut root).unwrap();
+                let exp = model.pop_first();
+                assert_eq!(got.map(|(k, v)| (k.to_vec(), v.to_vec())), exp);
+            }
+            83..=85 => {
+                let got = pop_last(&mut s, &mut root).unwrap();
+                let exp = model.pop_last();
+                assert_eq!(got.map(|(k, v)| (k.to_vec(), v.to_vec())), exp);
+            }
+            86 => {
+                let m = rng.gen_range(2..6);
+                let keep = |k: &[u8], v: &[u8]| (k.len() + v.len()) % m != 0;
+                let before = model.len();
+                model.retain(|k, v| keep(k, v));
+                let removed = retain(&mut s, &mut root, keep).unwrap();
+                assert_eq!(removed, (before - model.len()) as u64);
+            }
+            87 => {
+                let m = rng.gen_range(3..8);
+                let pick = |k: &[u8], _: &[u8]| k.first().is_some_and(|b| *b as usize % m == 0);
+                let want: Vec<_> = model
+                    .iter()
+                    .filter(|(k, v)| pick(k, v))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                model.retain(|k, v| !pick(k, v));
+                let got = drain_filter(&mut s, &mut root, pick).unwrap();
+                assert_eq!(got, want);
+            }
+            88..=91 => {
+                s.commit();
+            }
+            _ => {
+                let got = first(&s, &root).unwrap().map(|(k, _)| k.to_vec());
+                assert_eq!(got.as_ref(), model.keys().next());
+                let got = last(&s, &root).unwrap().map(|(k, _)| k.to_vec());
+                assert_eq!(got.as_ref(), model.keys().next_back());
+            }
+        }
+        assert_eq!(root.len, model.len() as u64, "seed {seed} step {step}");
+        max_len = max_len.max(model.len());
+        if model.len() < 64 || step % 50 == 0 {
+            check_model(&s, &root, &model);
+            check_store(&s, &root);
+        }
+    }
+    check_model(&s, &root, &model);
+    let t = check_store(&s, &root);
+    eprintln!(
+        "seed {seed}: {} entries, pages {t:?}, max {max_len}",
+        model.len()
+    );
+    // Empty it completely.
+    while let Some((k, _)) = pop_first(&mut s, &mut root).unwrap() {
+        assert!(model.remove(k.as_slice()).is_some());
+    }
+    assert!(model.is_empty());
+    assert_eq!(root, TreeRoot::default());
+    assert!(
+        s.live().is_empty(),
+        "pages left after emptying: {:?}",
+        s.live()
+    );
+}
+
+#[test]
+fn model_random_4k() {
+    for seed in 0..6 {
+        model_run(seed, 1500, PS);
+    }
+}
+
+#[test]
+fn model_random_8k() {
+    model_run(100, 1500, 8192);
+}
+
+#[test]
+fn cow_snapshot_survives() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut model = Model::new();
+    for _ in 0..2000 {
+        let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
+        insert(&mut s, &mut root, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    s.commit();
+    let snap = root;
+    let snap_model = model.clone();
+    for round in 0..20 {
+        for _ in 0..200 {
+            let k = pick_key(&mut rng, &model);
+            if rng.gen_bool(0.5) {
+                let v = gen_value(&mut rng);
+                insert(&mut s, &mut root, &k, &v).unwrap();
+                model.insert(k, v);
+            } else {
+                remove(&mut s, &mut root, &k).unwrap();
+                model.remove(&k);
+            }
+        }
+        if round % 3 == 0 {
+            s.commit();
+        }
+        check_model(&s, &snap, &snap_model);
+        for (k, v) in snap_model.iter().take(50) {
+            assert_eq!(get(&s, &snap, k).unwrap().unwrap().as_slice(), v.as_slice());
+        }
+    }
+    check_model(&s, &root, &model);
+    check_store(&s, &root);
+}
+
+#[test]
+fn cursor_survives_mutation_of_another_tree() {
+    let mut s = MemStore::new(PS);
+    let (mut a, mut b) = (TreeRoot::default(), TreeRoot::default());
+    for i in 0u32..3000 {
+        insert(&mut s, &mut a, &i.to_be_bytes(), b"a").unwrap();
+    }
+    let mut c = Cursor::all(&a);
+    let mut n = 0u32;
+    while let Some((k, v)) = c.next(&s).unwrap() {
+        assert_eq!(k.as_slice(), n.to_be_bytes());
+        assert_eq!(v.as_slice(), b"a");
+        insert(&mut s, &mut b, &n.to_be_bytes(), &[7u8; 100]).unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 3000);
+    assert_eq!(b.len, 3000);
+}
+
+#[test]
+fn returned_bytes_outlive_edits() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    insert(&mut s, &mut root, b"k", b"first").unwrap();
+    let v = get(&s, &root, b"k").unwrap().unwrap();
+    let old = insert(&mut s, &mut root, b"k", b"second").unwrap().unwrap();
+    assert_eq!(v.as_slice(), b"first");
+    assert_eq!(old.as_slice(), b"first");
+    let removed = remove(&mut s, &mut root, b"k").unwrap().unwrap();
+    assert_eq!(removed.as_slice(), b"second");
+    assert_eq!(root, TreeRoot::default());
+    assert!(s.live().is_empty());
+}
+
+fn leaf_ideal(ps: usize, n: usize, cell: usize) -> usize {
+    let per_leaf = (ps - 48) / (cell + 2);
+    n.div_ceil(per_leaf)
+}
+
+#[test]
+fn sequential_inserts_fill_leaves() {
+    const N: u64 = 100_000;
+    let ideal = leaf_ideal(PS, N as usize, 7 + 8 + 8);
+    for descending in [false, true] {
+        let mut s = MemStore::new(PS);
+        let mut root = TreeRoot::default();
+        for i in 0..N {
+            let i = if descending { N - 1 - i } else { i };
+            put(&mut s, &mut root, &i.to_be_bytes(), &i.to_le_bytes()).unwrap();
+            if i % 10_000 == 0 {
+                s.commit();
+            }
+        }
+        let [leaves, branches, _] = check_store(&s, &root);
+        assert!(
+            (leaves as f64) < 1.15 * ideal as f64,
+            "descending={descending}: {leaves} leaves, ideal {ideal}"
+        );
+        assert!(branches <= leaves / 50 + 2, "{branches} branches");
+        for i in (0..N).step_by(997) {
+            let v = get(&s, &root, &i.to_be_bytes()).unwrap().unwrap();
+            assert_eq!(v.as_slice(), i.to_le_bytes());
+        }
+    }
+}
+
+#[test]
+fn random_inserts_fill_reasonably() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    const N: usize = 30_000;
+    for _ in 0..N {
+        let k: u64 = rng.gen();
+        put(&mut s, &mut root, &k.to_be_bytes(), &[1u8; 8]).unwrap();
+    }
+    let [leaves, _, _] = check_store(&s, &root);
+    let ideal = leaf_ideal(PS, N, 23);
+    assert!(leaves < 2 * ideal, "{leaves} leaves, ideal {ideal}");
+}
+
+#[test]
+fn shrinking_frees_pages() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut keys: Vec<u64> = (0..50_000).collect();
+    for (n, k) in keys.iter().enumerate() {
+        put(&mut s, &mut root, &k.to_be_bytes(), &[3u8; 20]).unwrap();
+        if n % 5000 == 0 {
+            s.commit();
+        }
+    }
+    s.commit();
+    // Remove all but 10, in random order.
+    for i in (1..keys.len()).rev() {
+        keys.swap(i, rng.gen_range(0..=i));
+    }
+    let (doomed, kept) = keys.split_at(keys.len() - 10);
+    for (n, k) in doomed.iter().enumerate() {
+        assert!(delete(&mut s, &mut root, &k.to_be_bytes()).unwrap());
+        if n % 7000 == 0 {
+            s.commit();
+        }
+    }
+    let [leaves, branches, _] = check_store(&s, &root);
+    assert!(
+        leaves + branches <= 3,
+        "{leaves} leaves, {branches} branches for 10 keys"
+    );
+    let mut kept = kept.to_vec();
+    kept.sort();
+    let got: Vec<Vec<u8>> = collect_all(&s, &root).into_iter().map(|(k, _)| k).collect();
+    let want: Vec<Vec<u8>> = kept.iter().map(|k| k.to_be_bytes().to_vec()).collect();
+    assert_eq!(got, want);
+    for k in &kept {
+        assert!(delete(&mut s, &mut root, &k.to_be_bytes()).unwrap());
+    }
+    assert_eq!(root, TreeRoot::default());
+    assert!(s.live().is_empty());
+}
+
+#[test]
+fn shrinking_in_order_frees_pages() {
+    for reverse in [false, true] {
+        let mut s = MemStore::new(PS);
+        let mut root = TreeRoot::default();
+        for k in 0u64..20_000 {
+            put(&mut s, &mut root, &k.to_be_bytes(), &[3u8; 40]).unwrap();
+        }
+        s.commit();
+        for i in 0u64..19_990 {
+            let k = if reverse { 19_999 - i } else { i };
+            assert!(delete(&mut s, &mut root, &k.to_be_bytes()).unwrap());
+        }
+        let [leaves, branches, _] = check_store(&s, &root);
+        assert!(
+            leaves + branches <= 3,
+            "{leaves} leaves, {branches} branches"
+        );
+    }
+}
+
+#[test]
+fn big_keys_and_limits() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let max = max_key_len(PS);
+    assert!(max >= 1024);
+    let mut model = Model::new();
+    for i in 0u32..600 {
+        let mut k = vec![b'x'; 1024];
+        k[1000..1004].copy_from_slice(&i.wrapping_mul(2654435761).to_be_bytes());
+        let v = value_of((i as usize * 37) % 3000, i as u64);
+        insert(&mut s, &mut root, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    let k = vec![b'y'; max];
+    insert(&mut s, &mut root, &k, b"max").unwrap();
+    model.insert(k, b"max".to_vec());
+    check_model(&s, &root, &model);
+    check_store(&s, &root);
+    let err = insert(&mut s, &mut root, &vec![0u8; max + 1], b"").unwrap_err();
+    assert!(matches!(err, Error::KeyTooLarge { .. }), "{err}");
+    // Empty key and empty value.
+    insert(&mut s, &mut root, b"", b"").unwrap();
+    assert_eq!(get(&s, &root, b"").unwrap().unwrap().as_slice(), b"");
+    assert_eq!(first(&s, &root).unwrap().unwrap().0.as_slice(), b"");
+    insert(&mut s, &mut root, b"", b"v").unwrap();
+    assert_eq!(get(&s, &root, b"").unwrap().unwrap().as_slice(), b"v");
+    assert_eq!(
+        remove(&mut s, &mut root, b"").unwrap().unwrap().as_slice(),
+        b"v"
+    );
+    assert!(get(&s, &root, b"").unwrap().is_none());
+    for k in model.keys() {
+        assert!(delete(&mut s, &mut root, k).unwrap());
+    }
+    assert!(s.live().is_empty());
+}
+
+#[test]
+fn large_value_round_trips() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let v = value_of(20 << 20, 11);
+    insert(&mut s, &mut root, b"big", &v).unwrap();
+    insert(&mut s, &mut root, b"small", b"s").unwrap();
+    s.commit();
+    assert!(get(&s, &root, b"big").unwrap().unwrap().as_slice() == v.as_slice());
+    check_store(&s, &root);
+    // Replacing frees the run; removing frees the new one.
+    let old = insert(&mut s, &mut root, b"big", &v[..5000])
+        .unwrap()
+        .unwrap();
+    assert!(old.as_slice() == v.as_slice());
+    check_store(&s, &root);
+    assert_eq!(
+        remove(&mut s, &mut root, b"big")
+            .unwrap()
+            .unwrap()
+            .as_slice(),
+        &v[..5000]
+    );
+    check_store(&s, &root);
+}
+
+#[test]
+#[ignore = "allocates ~1 GiB; run with --ignored in release"]
+fn value_of_256_mib() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let v = value_of(256 << 20, 1);
+    insert(&mut s, &mut root, b"huge", &v).unwrap();
+    assert!(get(&s, &root, b"huge").unwrap().unwrap().as_slice() == v.as_slice());
+    check_store(&s, &root);
+    assert!(max_value_len() >= 256 << 20);
+}
+
+#[test]
+fn clear_frees_everything() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut other = TreeRoot::default();
+    insert(&mut s, &mut other, b"o", b"other").unwrap();
+    for _ in 0..3000 {
+        let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
+        insert(&mut s, &mut root, &k, &v).unwrap();
+    }
+    s.commit();
+    let before = s.frees;
+    let (_, runs, _) = walk_all(&s, &root);
+    clear(&mut s, &mut root).unwrap();
+    assert_eq!(s.frees - before, runs.len() as u64);
+    assert_eq!(root, TreeRoot::default());
+    check_store(&s, &other);
+}
+
+#[test]
+fn empty_and_inverted_ranges() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    for i in 0u8..100 {
+        insert(&mut s, &mut root, &[i], &[i]).unwrap();
+    }
+    let cases: [(Bound<&[u8]>, Bound<&[u8]>); 3] = [
+        (Bound::Included(&[50]), Bound::Included(&[10])),
+        (Bound::Excluded(&[50]), Bound::Excluded(&[50])),
+        (Bound::Included(&[50]), Bound::Excluded(&[50])),
+    ];
+    for (lo, hi) in cases {
+        let mut c = Cursor::new(&root, lo, hi);
+        assert!(c.next(&s).unwrap().is_none());
+        let mut c = Cursor::new(&root, lo, hi);
+        assert!(c.next_back(&s).unwrap().is_none());
+    }
+    let mut c = Cursor::new(&root, Bound::Included(&[50]), Bound::Included(&[50]));
+    assert_eq!(c.next_back(&s).unwrap().unwrap().0.as_slice(), &[50]);
+    assert!(c.next(&s).unwrap().is_none());
+}
+
+/// Flips bytes of a valid tree's pages; reads must give Ok or Err.
+#[test]
+fn corruption_never_panics() {
+    let mut rng = StdRng::seed_from_u64(77);
+    let mut base = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut keys = Vec::new();
+    for i in 0..1500u32 {
+        let k = if i % 3 == 0 {
+            gen_key(&mut rng)
+        } else {
+            (i * 7919).to_be_bytes().to_vec()
+        };
+        let v = gen_value(&mut rng);
+        insert(&mut base, &mut root, &k, &v).unwrap();
+        keys.push(k);
+    }
+    base.commit();
+    let runs: Vec<(PageId, u32)> = base.live().iter().map(|(a, b)| (*a, *b)).collect();
+    let mut errors = 0;
+    for seed in 0..400 {
+        let mut s = base.clone();
+        let flips = rng.gen_range(1..6);
+        for _ in 0..flips {
+            let (id, npages) = runs[rng.gen_range(0..runs.len())];
+            let len = npages as usize * PS;
+            let off = if rng.gen_bool(0.6) {
+                rng.gen_range(0..len.min(160))
+            } else {
+                rng.gen_range(0..len)
+            };
+            let byte = if rng.gen_bool(0.5) {
+                rng.gen()
+            } else {
+                s.read_run(id, npages).unwrap().bytes()[off] ^ (1 << rng.gen_range(0..8))
+            };
+            s.corrupt(id, off, byte);
+        }
+        let mut failed = walk(&s, &root, &mut |_, _, _| {}).is_err();
+        for k in keys.iter().step_by(37) {
+            failed |= get(&s, &root, k).is_err();
+        }
+        for (lo, hi) in [(0u8, 255u8), (3, 200)] {
+            let (lo, hi) = ([lo], [hi]);
+            let mut c = Cursor::new(&root, Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
+            let mut n = 0;
+            loop {
+                let r = if (n + seed) % 3 == 0 {
+                    c.next_back(&s)
+                } else {
+                    c.next(&s)
+                };
+                match r {
+                    Ok(Some(_)) => n += 1,
+                    Ok(None) => break,
+                    Err(e) => {
+                        assert!(e.is_corrupted(), "{e}");
+                        failed = true;
+                        break;
+                    }
+                }
+                assert!(n <= 100_000, "seed {seed}: cursor does not terminate");
+            }
+        }
+        errors += failed as usize;
+    }
+    assert!(errors > 100, "only {errors} corruptions detected");
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(Vec<u8>, usize),
+        Remove(Vec<u8>),
+        PopFirst,
+        PopLast,
+        Commit,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let key = proptest::collection::vec(0u8..4, 0..6);
+        prop_oneof![
+            4 => (key.clone(), prop_oneof![0usize..20, 1000usize..3000]).prop_map(|(k, n)| Op::Insert(k, n)),
+            2 => key.prop_map(Op::Remove),
+            1 => Just(Op::PopFirst),
+            1 => Just(Op::PopLast),
+            1 => Just(Op::Commit),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn ops_match_model(ops in proptest::collection::vec(op(), 1..300)) {
+            let mut s = MemStore::new(PS);
+            let mut root = TreeRoot::default();
+            let mut model = Model::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, n) => {
+                        let v = value_of(n, k.len() as u64);
+                        let old = insert(&mut s, &mut root, &k, &v).unwrap().map(|b| b.to_vec());
+                        prop_assert_eq!(old, model.insert(k, v));
+                    }
+                    Op::Remove(k) => {
+                        let old = remove(&mut s, &mut root, &k).unwrap().map(|b| b.to_vec());
+                        prop_assert_eq!(old, model.remove(&k));
+                    }
+                    Op::PopFirst => {
+                        let got = pop_first(&mut s, &mut root).unwrap();
+                        prop_assert_eq!(got.map(|(k, v)| (k.to_vec(), v.to_vec())), model.pop_first());
+                    }
+                    Op::PopLast => {
+                        let got = pop_last(&mut s, &mut root).unwrap();
+                        prop_assert_eq!(got.map(|(k, v)| (k.to_vec(), v.to_vec())), model.pop_last());
+                    }
+                    Op::Commit => s.commit(),
+                }
+                check_model(&s, &root, &model);
+            }
+            check_store(&s, &root);
+        }
+    }
+}
+
+#[test]
+fn walk_detects_bad_count_and_shared_pages() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    for i in 0u32..2000 {
+        insert(&mut s, &mut root, &i.to_be_bytes(), &[0u8; 30]).unwrap();
+    }
+    s.commit();
+    let bad = TreeRoot {
+        root: root.root,
+        len: root.len + 1,
+    };
+    assert!(walk(&s, &bad, &mut |_, _, _| {})
+        .unwrap_err()
+        .is_corrupted());
+    // Point the root's second child at its first: a shared page.
+    let rid = root.root.unwrap();
+    let page = s.read_page(rid).unwrap();
+    let node = node::NodeRef::parse(&page, rid, PS).unwrap();
+    let first_child = node.child(0).unwrap();
+    let off = node.cell_bytes(1).unwrap().as_ptr() as usize - page.bytes().as_ptr() as usize;
+    drop(page);
+    for (i, b) in first_child.0.to_le_bytes().iter().enumerate() {
+        s.corrupt(rid, off + i, *b);
+    }
+    assert!(walk(&s, &root, &mut |_, _, _| {})
+        .unwrap_err()
+        .is_corrupted());
+}
