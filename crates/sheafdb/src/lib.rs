@@ -1,11 +1,36 @@
 //! sheafdb: an embedded, transactional, single-file key-value database.
+//!
+//! One file holds column families, each with many typed tables (ordered
+//! maps). Readers see consistent snapshots and never block; writers use
+//! copy-on-write B+trees; commits are made durable by checkpoints.
+//!
+//! ```no_run
+//! use sheafdb::{Database, TableDefinition};
+//! const USERS: TableDefinition<&str, u64> = TableDefinition::new("users");
+//! # fn main() -> sheafdb::Result<()> {
+//! let db = Database::create("app.sheaf")?;
+//! let tx = db.begin_write()?;
+//! tx.open_table(USERS)?.insert("alice", 30)?;
+//! tx.commit()?;
+//! let rx = db.begin_read()?;
+//! assert_eq!(rx.open_table(USERS)?.get("alice")?.unwrap().value(), 30);
+//! # Ok(()) }
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod btree;
+pub mod db;
 pub mod error;
 pub mod format;
+pub mod pager;
 pub mod storage;
+pub mod table;
+pub mod txn;
 pub mod types;
 
-pub use error::{Error, Result};
+pub use db::{Builder, Database, IntegrityReport};
+pub use error::{Error, Location, Result};
+pub use table::types::{Key, KeyPart, TableDefinition, Value};
+pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};
+pub use txn::{Durability, ReadTransaction, WriteTransaction};

@@ -1,0 +1,200 @@
+//! `check_integrity` (DESIGN §11): checksums, tree order and key bounds,
+//! page ownership, allocator agreement and catalog counts.
+//!
+//! Runs with the checkpoint lock and every CF writer lock held, so it sees
+//! one quiescent state: for each CF, the pages reachable from its latest
+//! version, its free pages and its pending (snapshot-held) pages must be
+//! disjoint and must cover its extents exactly.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::DbShared;
+use crate::btree::{self, TreeRoot};
+use crate::error::{Error, Location, Result};
+use crate::format::page::PageType;
+use crate::format::records::{decode_cf_key, CfDescriptor, PageRange, TableMeta};
+use crate::pager::ranges::RangeSet;
+use crate::txn::pages::ReadPages;
+use crate::types::{CfId, PageId};
+
+/// What `check_integrity` looked at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IntegrityReport {
+    /// Column families checked.
+    pub cfs: u64,
+    /// Tables checked.
+    pub tables: u64,
+    /// Entries in all tables.
+    pub entries: u64,
+    /// Pages reachable from the latest versions (incl. system pages).
+    pub pages_in_use: u64,
+    /// Pages free or waiting for snapshots.
+    pub pages_free: u64,
+}
+
+fn bad(what: String) -> Error {
+    Error::Corrupted {
+        what,
+        location: Location::Other("integrity check".into()),
+    }
+}
+
+/// Collects the pages of a tree into `set`, failing on a page visited twice.
+fn walk_into<S: btree::store::PageRead>(
+    store: &S,
+    root: &TreeRoot,
+    set: &mut RangeSet,
+) -> Result<u64> {
+    let mut dup = None;
+    let n = btree::walk(
+        store,
+        root,
+        &mut |id: PageId, npages: u32, _ty: PageType| {
+            if !set.insert(id.0, npages as u64) && dup.is_none() {
+                dup = Some(id);
+            }
+        },
+    )?;
+    if let Some(id) = dup {
+        return Err(Error::corrupted_page(id, "page reachable twice"));
+    }
+    Ok(n)
+}
+
+fn extents_set(extents: &[PageRange]) -> RangeSet {
+    let mut s = RangeSet::new();
+    for e in extents {
+        s.insert(e.start.0, e.pages);
+    }
+    s
+}
+
+/// Checks that `used`, `free` and `pending` partition `extents`.
+fn check_partition(
+    cf: CfId,
+    extents: &RangeSet,
+    used: &RangeSet,
+    free: &RangeSet,
+    pending: &RangeSet,
+) -> Result<()> {
+    for r in used.iter() {
+        if !extents.contains_all(r.start.0, r.pages) {
+            return Err(Error::corrupted_page(
+                r.start,
+                format!("page in use outside the extents of cf {cf}"),
+            ));
+        }
+        if free.intersects(r.start.0, r.pages) || pending.intersects(r.start.0, r.pages) {
+            return Err(Error::corrupted_page(
+                r.start,
+                format!("page in use is also marked free in cf {cf}"),
+            ));
+        }
+    }
+    let total = used.pages() + free.pages() + pending.pages();
+    if total != extents.pages() {
+        return Err(bad(format!(
+            "cf {cf}: {} used + {} free + {} pending pages != {} extent pages (leak or overlap)",
+            used.pages(),
+            free.pages(),
+            pending.pages(),
+            extents.pages()
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
+    let cfs: Vec<_> = shared.cfs.read().values().cloned().collect();
+    // Quiesce: no writer of any CF, no checkpoint.
+    let _writers: Vec<_> = cfs.iter().map(|c| c.writer.lock_arc()).collect();
+    let sys = shared.sys.lock();
+    let mut report = IntegrityReport::default();
+
+    let sys_pages = ReadPages::new(shared.clone(), CfId::SYSTEM);
+    let mut sys_used = RangeSet::new();
+    walk_into(&sys_pages, &sys.root, &mut sys_used)?;
+    if let Some((p, n)) = sys.meta_run {
+        if !sys_used.insert(p.0, n as u64) {
+            return Err(Error::corrupted_page(
+                p,
+                "metadata blob overlaps the system tree",
+            ));
+        }
+    }
+    {
+        let alloc = sys.alloc.lock();
+        let ext = extents_set(alloc.extents());
+        check_partition(
+            CfId::SYSTEM,
+            &ext,
+            &sys_used,
+            alloc.free_set(),
+            alloc.pending_set(),
+        )?;
+        report.pages_free += alloc.free_set().pages();
+    }
+    report.pages_in_use += sys_used.pages();
+
+    let mut on_disk = Vec::new();
+    let mut cursor = btree::Cursor::new(
+        &sys.root,
+        Bound::Included(b"C".as_slice()),
+        Bound::Excluded(b"D".as_slice()),
+    );
+    while let Some((k, v)) = cursor.next(&sys_pages)? {
+        on_disk.push((
+            decode_cf_key(k.as_slice())?,
+            CfDescriptor::decode(v.as_slice())?,
+        ));
+    }
+    if on_disk.len() != cfs.len() {
+        return Err(bad(format!(
+            "system tree lists {} column families, {} are open",
+            on_disk.len(),
+            cfs.len()
+        )));
+    }
+
+    for cf in &cfs {
+        let version = cf.current.load_full();
+        let pages = ReadPages::new(shared.clone(), cf.id);
+        let mut used = RangeSet::new();
+        let n_tables = walk_into(&pages, &version.catalog, &mut used)?;
+        let mut cursor = btree::Cursor::new(&version.catalog, Bound::Unbounded, Bound::Unbounded);
+        let mut seen_ids = std::collections::HashSet::new();
+        while let Some((name, v)) = cursor.next(&pages)? {
+            let meta = TableMeta::decode(v.as_slice())?;
+            if !seen_ids.insert(meta.id) || meta.id >= version.next_table {
+                return Err(bad(format!(
+                    "cf {}: table id {} reused or unissued",
+                    cf.id, meta.id
+                )));
+            }
+            let root = TreeRoot {
+                root: meta.root,
+                len: meta.len,
+            };
+            let entries = walk_into(&pages, &root, &mut used).map_err(|e| match e {
+                Error::Corrupted { what, location } => Error::Corrupted {
+                    what: format!(
+                        "table {:?}: {what}",
+                        String::from_utf8_lossy(name.as_slice())
+                    ),
+                    location,
+                },
+                other => other,
+            })?;
+            report.entries += entries;
+        }
+        let alloc = cf.alloc.lock();
+        let ext = extents_set(alloc.extents());
+        check_partition(cf.id, &ext, &used, alloc.free_set(), alloc.pending_set())?;
+        report.cfs += 1;
+        report.tables += n_tables;
+        report.pages_in_use += used.pages();
+        report.pages_free += alloc.free_set().pages() + alloc.pending_set().pages();
+    }
+    Ok(report)
+}

@@ -1,0 +1,296 @@
+//! Opening, creating and recovering a database (DESIGN §7).
+//!
+//! Open reads the two superblock slots, the metadata blob (extent table and
+//! system free space) and the system tree (CF descriptors). It never walks
+//! a user tree, so open time does not grow with the amount of data.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::{Builder, Database, DbShared, SysState, SYS_EXTENT_POLICY};
+use crate::btree::{self, TreeRoot};
+use crate::error::{Error, Location, Result};
+use crate::format::page::{PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
+use crate::format::records::{decode_cf_key, CfDescriptor, MetaBlob};
+use crate::format::superblock::{valid_page_size, Superblock, SLOT_LEN};
+use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy, ReclaimBatch};
+use crate::pager::Pager;
+use crate::storage::{OpenMode, Storage, Vfs};
+use crate::txn::pages::ReadPages;
+use crate::txn::{CfShared, CfVersion};
+use crate::types::{CfId, Lsn, TableId, Version};
+
+/// Name of the default column family.
+pub const DEFAULT_CF_NAME: &str = "default";
+
+pub(super) fn open(
+    opts: &Builder,
+    vfs: Arc<dyn Vfs>,
+    name: &str,
+    create: bool,
+) -> Result<Database> {
+    if !valid_page_size(opts.page_size) {
+        return Err(Error::InvalidArgument(format!(
+            "page size {} is not a power of two in {MIN_PAGE_SIZE}..={MAX_PAGE_SIZE}",
+            opts.page_size
+        )));
+    }
+    let mode = if create {
+        OpenMode::OpenOrCreate
+    } else {
+        OpenMode::Existing
+    };
+    let storage = vfs.open(name, mode)?;
+    let lock = vfs.lock(name).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => Error::DatabaseAlreadyOpen,
+        _ => Error::Io(e),
+    })?;
+    match read_superblock(&*storage)? {
+        Some(sb) => open_existing(opts, storage, lock, sb),
+        None if create => {
+            vfs.sync_dir()?;
+            create_new(opts, storage, lock)
+        }
+        None => Err(Error::NotADatabase(format!("{name} holds no superblock"))),
+    }
+}
+
+/// Reads both slots; the valid one with the higher generation wins.
+/// `Ok(None)` if the file has never had a superblock written (empty or
+/// both slots zero).
+fn read_superblock(storage: &dyn Storage) -> Result<Option<Superblock>> {
+    let len = storage.len()?;
+    if len == 0 {
+        return Ok(None);
+    }
+    let slot0 = read_slot(storage, 0, len)?;
+    let s0 = slot0.as_deref().map(|b| Superblock::decode(b, 0));
+    // Slot 1 sits one page in; the page size comes from slot 0 when it is
+    // valid, otherwise every legal size is tried.
+    let sizes: Vec<usize> = match &s0 {
+        Some(Ok(Some(sb))) => vec![sb.page_size as usize],
+        _ => (12..=16).map(|s| 1usize << s).collect(),
+    };
+    let mut s1 = None;
+    for ps in sizes {
+        if let Some(b) = read_slot(storage, ps as u64, len)? {
+            match Superblock::decode(&b, 1) {
+                Ok(Some(sb)) if sb.page_size as usize == ps => {
+                    s1 = Some(Ok(Some(sb)));
+                    break;
+                }
+                Ok(Some(_)) => {}
+                other => {
+                    s1.get_or_insert(other);
+                }
+            }
+        }
+    }
+    pick_slot(s0, s1)
+}
+
+fn read_slot(storage: &dyn Storage, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
+    if len < offset + SLOT_LEN as u64 {
+        return Ok(None);
+    }
+    let mut b = vec![0u8; SLOT_LEN];
+    storage.read_at(offset, &mut b)?;
+    Ok(Some(b))
+}
+
+type SlotRead = Option<Result<Option<Superblock>>>;
+
+fn pick_slot(s0: SlotRead, s1: SlotRead) -> Result<Option<Superblock>> {
+    let mut valid = Vec::new();
+    let mut first_err = None;
+    let mut any_written = false;
+    for s in [s0, s1].into_iter().flatten() {
+        match s {
+            Ok(Some(sb)) => {
+                any_written = true;
+                valid.push(sb);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                any_written = true;
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(sb) = valid.into_iter().max_by_key(|sb| sb.generation) {
+        return Ok(Some(sb));
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None if !any_written => Ok(None),
+        None => unreachable!("a written slot is valid or an error"),
+    }
+}
+
+fn user_policy(opts: &Builder, page_size: usize) -> ExtentPolicy {
+    opts.policy(page_size)
+}
+
+fn new_shared(
+    opts: &Builder,
+    storage: Arc<dyn Storage>,
+    lock: Box<dyn crate::storage::LockGuard>,
+    page_size: usize,
+    extents: ExtentMap,
+    sys: SysState,
+) -> Arc<DbShared> {
+    Arc::new(DbShared {
+        pager: Pager::new(storage, page_size, opts.cache_bytes),
+        extents: Mutex::new(extents),
+        sys: Mutex::new(sys),
+        cfs: RwLock::new(BTreeMap::new()),
+        policy: user_policy(opts, page_size),
+        poisoned: AtomicBool::new(false),
+        _lock: lock,
+    })
+}
+
+fn new_cf(id: CfId, name: String, alloc: CfAllocator, desc: &CfDescriptor) -> CfShared {
+    let batch = ReclaimBatch::new(alloc.released_sink());
+    let version = CfVersion {
+        version: desc.version,
+        catalog: TreeRoot {
+            root: desc.catalog_root,
+            len: desc.catalog_len,
+        },
+        next_table: desc.next_table,
+        lsn: desc.checkpoint_lsn,
+        batch,
+    };
+    CfShared::new(id, name, alloc, version)
+}
+
+fn create_new(
+    opts: &Builder,
+    storage: Arc<dyn Storage>,
+    lock: Box<dyn crate::storage::LockGuard>,
+) -> Result<Database> {
+    let ps = opts.page_size;
+    storage.set_len(0)?;
+    let sys_alloc = CfAllocator::new(CfId::SYSTEM, SYS_EXTENT_POLICY, vec![], &[])?;
+    let sys = SysState {
+        generation: 0,
+        slot: 1,
+        root: TreeRoot::default(),
+        alloc: Arc::new(Mutex::new(sys_alloc)),
+        meta_run: None,
+        next_cf: CfId(CfId::DEFAULT.0 + 1),
+    };
+    let shared = new_shared(opts, storage, lock, ps, ExtentMap::new(2), sys);
+    let desc = CfDescriptor {
+        name: DEFAULT_CF_NAME.to_string(),
+        catalog_root: None,
+        catalog_len: 0,
+        next_table: TableId(1),
+        checkpoint_lsn: Lsn(0),
+        version: Version(0),
+        free: vec![],
+    };
+    let alloc = CfAllocator::new(CfId::DEFAULT, shared.policy, vec![], &[])?;
+    let cf = new_cf(CfId::DEFAULT, desc.name.clone(), alloc, &desc);
+    shared.cfs.write().insert(CfId::DEFAULT, Arc::new(cf));
+    {
+        let mut sys = shared.sys.lock();
+        shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, desc)])?;
+    }
+    Ok(Database { shared })
+}
+
+fn open_existing(
+    opts: &Builder,
+    storage: Arc<dyn Storage>,
+    lock: Box<dyn crate::storage::LockGuard>,
+    sb: Superblock,
+) -> Result<Database> {
+    let ps = sb.page_size as usize;
+    let meta_page = sb.meta_page.expect("checked by Superblock::decode");
+    // Read the blob before the cache exists: verified, not cached.
+    let probe = Pager::new(storage.clone(), ps, 0);
+    let run = probe.read_uncached(meta_page, sb.meta_npages, Some(CfId::SYSTEM))?;
+    if run.page_type() != Some(PageType::Blob)
+        || run.payload_len() != sb.meta_len
+        || sb.meta_len as usize > run.len() - crate::format::page::HEADER_LEN
+    {
+        return Err(Error::corrupted_page(
+            meta_page,
+            "metadata blob header mismatch",
+        ));
+    }
+    let payload = &run.bytes()[crate::format::page::HEADER_LEN..][..sb.meta_len as usize];
+    let meta = MetaBlob::decode(payload)?;
+    if meta.file_pages != sb.file_pages {
+        return Err(Error::Corrupted {
+            what: "metadata blob and superblock disagree on the file length".into(),
+            location: Location::Page(meta_page),
+        });
+    }
+    let extents = ExtentMap::from_records(meta.file_pages, &meta.extents)?;
+    let sys_alloc = CfAllocator::new(
+        CfId::SYSTEM,
+        SYS_EXTENT_POLICY,
+        extents.extents_of(CfId::SYSTEM),
+        &meta.sys_free,
+    )?;
+    let slot = current_slot(&*storage, ps, &sb)?;
+    let sys = SysState {
+        generation: sb.generation,
+        slot,
+        root: TreeRoot {
+            root: sb.sys_root,
+            len: sb.sys_len,
+        },
+        alloc: Arc::new(Mutex::new(sys_alloc)),
+        meta_run: Some((meta_page, sb.meta_npages)),
+        next_cf: sb.next_cf,
+    };
+    let shared = new_shared(opts, storage, lock, ps, extents, sys);
+    load_cfs(&shared)?;
+    if !shared.cfs.read().contains_key(&CfId::DEFAULT) {
+        return Err(Error::corrupted(
+            "default column family missing",
+            "system tree",
+        ));
+    }
+    Ok(Database { shared })
+}
+
+/// Which slot holds `sb` (the other one is written next).
+fn current_slot(storage: &dyn Storage, ps: usize, sb: &Superblock) -> Result<u8> {
+    let mut b = vec![0u8; SLOT_LEN];
+    storage.read_at(0, &mut b)?;
+    Ok(match Superblock::decode(&b, 0) {
+        Ok(Some(s0)) if s0 == *sb => 0,
+        _ => {
+            debug_assert!(ps >= SLOT_LEN);
+            1
+        }
+    })
+}
+
+fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
+    let root = shared.sys.lock().root;
+    let pages = ReadPages::new(shared.clone(), CfId::SYSTEM);
+    let mut cursor = btree::Cursor::new(
+        &root,
+        Bound::Included(b"C".as_slice()),
+        Bound::Excluded(b"D".as_slice()),
+    );
+    let extents = shared.extents.lock().clone();
+    while let Some((k, v)) = cursor.next(&pages)? {
+        let id = decode_cf_key(k.as_slice())?;
+        let desc = CfDescriptor::decode(v.as_slice())?;
+        let alloc = CfAllocator::new(id, shared.policy, extents.extents_of(id), &desc.free)?;
+        let cf = new_cf(id, desc.name.clone(), alloc, &desc);
+        shared.cfs.write().insert(id, Arc::new(cf));
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! Page stores the B+tree runs on: one for snapshots, one for write
+//! transactions (copy-on-write over a snapshot).
+//!
+//! Lookup order (DESIGN §5): transaction-private runs, then the pager
+//! (committed dirty runs, clean cache, data file).
+//!
+//! Invariants: a private run is in `private` from `alloc` until it is freed
+//! or the transaction ends; a committed run is never mutated (only private
+//! runs are handed out by `get_mut`); every run freed is recorded exactly
+//! once, either returned to the allocator (private) or queued for
+//! reclamation (committed).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::btree::store::{PageRead, PageWrite};
+use crate::error::{Error, Result};
+use crate::format::page::{PageBuf, PageRef};
+use crate::pager::alloc::CfAllocator;
+use crate::types::{CfId, PageId};
+
+use crate::db::DbShared;
+
+/// Read-only access to committed pages of one CF.
+#[derive(Clone, Debug)]
+pub struct ReadPages {
+    shared: Arc<DbShared>,
+    cf: CfId,
+}
+
+impl ReadPages {
+    /// Pages of `cf`.
+    pub(crate) fn new(shared: Arc<DbShared>, cf: CfId) -> ReadPages {
+        ReadPages { shared, cf }
+    }
+}
+
+impl PageRead for ReadPages {
+    fn page_size(&self) -> usize {
+        self.shared.pager.page_size()
+    }
+    fn cf(&self) -> CfId {
+        self.cf
+    }
+    fn read_run(&self, id: PageId, npages: u32) -> Result<PageRef> {
+        self.shared.pager.read_run(id, npages, self.cf)
+    }
+}
+
+/// Copy-on-write page access for one write transaction on one CF (or for
+/// the system tree during a checkpoint).
+#[derive(Debug)]
+pub struct TxnPages {
+    shared: Arc<DbShared>,
+    cf: CfId,
+    alloc: Arc<Mutex<CfAllocator>>,
+    private: HashMap<PageId, PageRef>,
+    freed_committed: Vec<(PageId, u32)>,
+}
+
+impl TxnPages {
+    /// A fresh store allocating from `alloc`.
+    pub(crate) fn new(shared: Arc<DbShared>, cf: CfId, alloc: Arc<Mutex<CfAllocator>>) -> TxnPages {
+        TxnPages {
+            shared,
+            cf,
+            alloc,
+            private: HashMap::new(),
+            freed_committed: Vec::new(),
+        }
+    }
+
+    /// True if the transaction allocated or freed anything.
+    pub fn is_dirty(&self) -> bool {
+        !self.private.is_empty() || !self.freed_committed.is_empty()
+    }
+
+    /// The private runs (all reachable from the transaction's state if the
+    /// tree code freed correctly).
+    pub fn private_runs(&self) -> Vec<(PageId, PageRef)> {
+        self.private.iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    /// Committed runs this transaction stopped referencing.
+    pub fn take_freed(&mut self) -> Vec<(PageId, u32)> {
+        std::mem::take(&mut self.freed_committed)
+    }
+
+    /// Gives every private run back to the allocator (abort).
+    pub fn rollback(&mut self) {
+        let mut alloc = self.alloc.lock();
+        for (id, page) in self.private.drain() {
+            alloc.free_now(id, (page.len() / self.shared.pager.page_size()) as u32);
+        }
+        self.freed_committed.clear();
+    }
+
+    /// Forgets private runs after they were made durable and published:
+    /// they are committed now.
+    pub fn mark_committed(&mut self) {
+        self.private.clear();
+        self.freed_committed.clear();
+    }
+}
+
+impl PageRead for TxnPages {
+    fn page_size(&self) -> usize {
+        self.shared.pager.page_size()
+    }
+    fn cf(&self) -> CfId {
+        self.cf
+    }
+    fn read_run(&self, id: PageId, npages: u32) -> Result<PageRef> {
+        if let Some(p) = self.private.get(&id) {
+            if p.len() != npages as usize * self.page_size() {
+                return Err(Error::corrupted_page(id, "private run has another length"));
+            }
+            return Ok(p.clone());
+        }
+        self.shared.pager.read_run(id, npages, self.cf)
+    }
+}
+
+impl PageWrite for TxnPages {
+    fn is_private(&self, id: PageId) -> bool {
+        self.private.contains_key(&id)
+    }
+
+    fn alloc(&mut self, npages: u32) -> Result<PageId> {
+        let id = self.alloc.lock().alloc(npages, &self.shared.extents);
+        self.shared.pager.forget(id);
+        // Placeholder until `install`; keeps `rollback` exact.
+        let placeholder = PageBuf::zeroed(npages as usize * self.page_size());
+        let prev = self.private.insert(id, Arc::new(placeholder));
+        assert!(
+            prev.is_none(),
+            "allocator handed out private page {id} twice"
+        );
+        Ok(id)
+    }
+
+    fn install(&mut self, id: PageId, page: PageBuf) {
+        debug_assert_eq!(page.page_id(), id, "installed page carries another id");
+        debug_assert_eq!(page.cf(), self.cf, "installed page carries another cf");
+        let slot = self
+            .private
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("install of non-private page {id}"));
+        debug_assert_eq!(slot.len(), page.len(), "installed run changed length");
+        *slot = Arc::new(page);
+    }
+
+    fn get_mut(&mut self, id: PageId) -> Result<&mut PageBuf> {
+        let slot = self
+            .private
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("get_mut of non-private page {id}"));
+        Ok(Arc::make_mut(slot))
+    }
+
+    fn free(&mut self, id: PageId, npages: u32) {
+        if let Some(page) = self.private.remove(&id) {
+            debug_assert_eq!(page.len(), npages as usize * self.page_size());
+            self.alloc.lock().free_now(id, npages);
+        } else {
+            self.freed_committed.push((id, npages));
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! Public API behaviour: typed tables, catalog operations, transaction
+//! semantics, limits and errors.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sheafdb::storage::mem::MemVfs;
+use sheafdb::{Database, Error, Result, TableDefinition};
+
+fn mem_db() -> Database {
+    Database::builder()
+        .create_with_vfs(Arc::new(MemVfs::new()), "api.sheaf")
+        .unwrap()
+}
+
+const STR_U64: TableDefinition<&str, u64> = TableDefinition::new("str_u64");
+const TUPLE: TableDefinition<(u64, &str), Option<String>> = TableDefinition::new("tuple");
+const SIGNED: TableDefinition<i64, f64> = TableDefinition::new("signed");
+
+#[test]
+fn typed_tables_round_trip_and_order() -> Result<()> {
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(SIGNED)?;
+        for k in [-5i64, 3, -1_000_000, 0, i64::MAX, i64::MIN] {
+            t.insert(k, k as f64 / 2.0)?;
+        }
+        let mut u = tx.open_table(TUPLE)?;
+        u.insert((2, "b"), Some("x".to_string()))?;
+        u.insert((1, "z"), None)?;
+        u.insert((2, "a"), Some(String::new()))?;
+    }
+    tx.commit()?;
+    let rx = db.begin_read()?;
+    let keys: Vec<i64> = rx
+        .open_table(SIGNED)?
+        .iter()?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_>>()?;
+    assert_eq!(keys, vec![i64::MIN, -1_000_000, -5, 0, 3, i64::MAX]);
+    let t = rx.open_table(TUPLE)?;
+    let all: Vec<((u64, String), Option<String>)> = t
+        .iter()?
+        .map(|e| e.map(|(k, v)| ((k.value().0, k.value().1.to_string()), v.value())))
+        .collect::<Result<_>>()?;
+    assert_eq!(
+        all,
+        vec![
+            ((1, "z".into()), None),
+            ((2, "a".into()), Some(String::new())),
+            ((2, "b".into()), Some("x".into()))
+        ]
+    );
+    assert_eq!(rx.open_table(SIGNED)?.get(-5)?.unwrap().value(), -2.5);
+    Ok(())
+}
+
+#[test]
+fn reopening_with_other_types_is_a_type_mismatch() -> Result<()> {
+    let vfs = MemVfs::new();
+    {
+        let db = Database::builder().create_with_vfs(Arc::new(vfs.clone()), "t.sheaf")?;
+        let tx = db.begin_write()?;
+        tx.open_table(STR_U64)?.insert("a", 1)?;
+        tx.commit()?;
+    }
+    let db = Database::builder().open_with_vfs(Arc::new(vfs), "t.sheaf")?;
+    let wrong: TableDefinition<&str, u32> = TableDefinition::new("str_u64");
+    let rx = db.begin_read()?;
+    assert!(matches!(
+        rx.open_table(wrong),
+        Err(Error::TableTypeMismatch { .. })
+    ));
+    let tx = db.begin_write()?;
+    assert!(matches!(
+        tx.open_table(wrong),
+        Err(Error::TableTypeMismatch { .. })
+    ));
+    // String and &str share an encoding, so they are compatible.
+    let owned: TableDefinition<String, u64> = TableDefinition::new("str_u64");
+    assert_eq!(
+        tx.open_table(owned)?.get("a".to_string())?.unwrap().value(),
+        1
+    );
+    Ok(())
+}
+
+#[test]
+fn create_delete_rename_list_tables() -> Result<()> {
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    for name in ["a", "b", "c"] {
+        let def: TableDefinition<u32, u32> = TableDefinition::new(name);
+        let mut t = tx.open_table(def)?;
+        for i in 0..500 {
+            t.insert(i, i)?;
+        }
+    }
+    assert_eq!(tx.list_tables()?, vec!["a", "b", "c"]);
+    assert!(tx.delete_table("b")?);
+    assert!(!tx.delete_table("b")?);
+    tx.rename_table("c", "d")?;
+    assert!(matches!(
+        tx.rename_table("a", "d"),
+        Err(Error::TableExists(_))
+    ));
+    assert!(matches!(
+        tx.rename_table("zz", "y"),
+        Err(Error::TableNotFound(_))
+    ));
+    tx.commit()?;
+    let rx = db.begin_read()?;
+    assert_eq!(rx.list_tables()?, vec!["a", "d"]);
+    let d: TableDefinition<u32, u32> = TableDefinition::new("d");
+    assert_eq!(rx.open_table(d)?.len()?, 500);
+    let b: TableDefinition<u32, u32> = TableDefinition::new("b");
+    assert!(matches!(rx.open_table(b), Err(Error::TableNotFound(_))));
+    db.check_integrity()?;
+    Ok(())
+}
+
+#[test]
+fn a_table_open_twice_in_one_transaction_is_refused() -> Result<()> {
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    let _t = tx.open_table(STR_U64)?;
+    assert!(matches!(
+        tx.open_table(STR_U64),
+        Err(Error::TableAlreadyOpen(_))
+    ));
+    let _u = tx.open_table(SIGNED)?;
+    Ok(())
+}
+
+#[test]
+fn writes_are_visible_in_the_transaction_and_after_commit_only() -> Result<()> {
+    let db = mem_db();
+    let before = db.begin_read()?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(STR_U64)?;
+        t.insert("x", 1)?;
+        assert_eq!(t.get("x")?.unwrap().value(), 1);
+        assert_eq!(t.insert("x", 2)?.unwrap().value(), 1);
+    }
+    tx.commit()?;
+    assert!(matches!(
+        before.open_table(STR_U64),
+        Err(Error::TableNotFound(_))
+    ));
+    assert_eq!(
+        db.begin_read()?
+            .open_table(STR_U64)?
+            .get("x")?
+            .unwrap()
+            .value(),
+        2
+    );
+    let tx = db.begin_write()?;
+    tx.open_table(STR_U64)?.insert("y", 3)?;
+    tx.abort()?;
+    assert!(db.begin_read()?.open_table(STR_U64)?.get("y")?.is_none());
+    Ok(())
+}
+
+#[test]
+fn a_second_writer_waits_for_the_first() -> Result<()> {
+    let db = Arc::new(mem_db());
+    let tx = db.begin_write()?;
+    let started = Arc::new(AtomicBool::new(false));
+    let got_lock = Arc::new(AtomicBool::new(false));
+    let h = {
+        let (db, started, got_lock) = (db.clone(), started.clone(), got_lock.clone());
+        std::thread::spawn(move || {
+            started.store(true, Ordering::SeqCst);
+            let tx2 = db.begin_write().unwrap();
+            got_lock.store(true, Ordering::SeqCst);
+            let v = tx2
+                .open_table(STR_U64)
+                .unwrap()
+                .get("k")
+                .unwrap()
+                .map(|g| g.value());
+            assert_eq!(
+                v,
+                Some(1),
+                "second writer must start from the first one's commit"
+            );
+        })
+    };
+    while !started.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!got_lock.load(Ordering::SeqCst), "two writers ran at once");
+    tx.open_table(STR_U64)?.insert("k", 1)?;
+    tx.commit()?;
+    h.join().unwrap();
+    Ok(())
+}
+
+#[test]
+fn readers_on_many_threads_see_consistent_snapshots_while_a_writer_commits() -> Result<()> {
+    const PAIRS: TableDefinition<u64, u64> = TableDefinition::new("pairs");
+    let db = Arc::new(mem_db());
+    let tx = db.begin_write()?;
+    tx.open_table(PAIRS)?.insert(0, 0)?;
+    tx.open_table(PAIRS)?.insert(1, 1000)?;
+    tx.commit()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) || reads < 100 {
+                    let rx = db.begin_read().unwrap();
+                    let t = rx.open_table(PAIRS).unwrap();
+                    let a = t.get(0).unwrap().unwrap().value();
+                    let b = t.get(1).unwrap().unwrap().value();
+                    assert_eq!(a + b, 1000, "a reader saw a torn transaction");
+                    reads += 1;
+                }
+            })
+        })
+        .collect();
+    for i in 0..200u64 {
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(PAIRS)?;
+            t.insert(0, i)?;
+            t.insert(1, 1000 - i)?;
+        }
+        tx.commit()?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    Ok(())
+}
+
+#[test]
+fn key_and_value_limits() -> Result<()> {
+    const RAW: TableDefinition<&[u8], &[u8]> = TableDefinition::new("raw");
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(RAW)?;
+        t.insert(b"".as_slice(), b"".as_slice())?;
+        let big_key = vec![0xAB; 1024];
+        t.insert(big_key.as_slice(), b"v".as_slice())?;
+        let huge_key = vec![1u8; 64 * 1024];
+        assert!(matches!(
+            t.insert(huge_key.as_slice(), b"v".as_slice()),
+            Err(Error::KeyTooLarge { .. })
+        ));
+        assert_eq!(t.get(b"".as_slice())?.unwrap().value(), b"");
+        assert_eq!(t.get(big_key.as_slice())?.unwrap().value(), b"v");
+    }
+    tx.commit()?;
+    db.check_integrity()?;
+    Ok(())
+}
+
+#[test]
+fn a_256_mib_value_round_trips_through_a_real_file() -> Result<()> {
+    const BLOB: TableDefinition<u8, &[u8]> = TableDefinition::new("blob");
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("big.sheaf");
+    let value: Vec<u8> = (0..256usize << 20).map(|i| (i % 251) as u8).collect();
+    {
+        let db = Database::create(&path)?;
+        let tx = db.begin_write()?;
+        tx.open_table(BLOB)?.insert(1, value.as_slice())?;
+        tx.commit()?;
+    }
+    let db = Database::open(&path)?;
+    let rx = db.begin_read()?;
+    let got = rx.open_table(BLOB)?.get(1)?.unwrap();
+    assert!(
+        got.value() == value.as_slice(),
+        "256 MiB value differs after reopen"
+    );
+    drop(got);
+    drop(rx);
+    db.check_integrity()?;
+    Ok(())
+}
+
+#[test]
+fn a_second_open_of_the_same_file_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("locked.sheaf");
+    let db = Database::create(&path)?;
+    assert!(matches!(
+        Database::open(&path),
+        Err(Error::DatabaseAlreadyOpen)
+    ));
+    drop(db);
+    Database::open(&path)?;
+    Ok(())
+}
+
+#[test]
+fn opening_a_missing_file_or_garbage_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        Database::open(dir.path().join("missing")),
+        Err(Error::Io(_))
+    ));
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![0x5Au8; 3 * 4096]).unwrap();
+    let e = Database::open(&junk).unwrap_err();
+    assert!(
+        matches!(e, Error::Corrupted { .. } | Error::NotADatabase(_)),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn sequential_inserts_fill_pages() -> Result<()> {
+    const SEQ: TableDefinition<u64, u64> = TableDefinition::new("seq");
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(SEQ)?;
+        for k in 0..100_000u64 {
+            t.insert(k, k)?;
+        }
+    }
+    tx.commit()?;
+    let report = db.check_integrity()?;
+    // 16 bytes of payload per entry: a full 4 KiB leaf holds well over 100.
+    let ideal = 100_000 * 16 / 4096;
+    assert!(
+        (report.pages_in_use as usize) < ideal * 2,
+        "{} pages for 100k sequential entries (payload alone needs {ideal})",
+        report.pages_in_use
+    );
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! Helpers shared by the integration tests: a model of the database
+//! (table name → ordered map) and functions to dump and compare.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::Rng;
+use sheafdb::storage::sim::SimVfs;
+use sheafdb::{Builder, Database, Result, TableDefinition};
+
+/// Table name → contents.
+pub type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+/// Every test table stores raw bytes.
+pub fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+/// Reads every table of the default CF into a model.
+pub fn dump(db: &Database) -> Result<Model> {
+    let rx = db.begin_read()?;
+    let mut model = Model::new();
+    for name in rx.list_tables()? {
+        let t = rx.open_table(def(&name))?;
+        let mut map = BTreeMap::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            map.insert(k.value().to_vec(), v.value().to_vec());
+        }
+        assert_eq!(t.len()?, map.len() as u64, "len() disagrees with iteration");
+        model.insert(name, map);
+    }
+    Ok(model)
+}
+
+/// Small pages and small extents so tests exercise splits, overflow and
+/// extent growth quickly.
+pub fn builder() -> Builder {
+    Database::builder()
+        .page_size(4096)
+        .cache_size_bytes(4 << 20)
+        .extent_sizes(16 * 4096, 256 * 4096)
+}
+
+/// Opens (creating) `name` on a simulated disk.
+pub fn open_sim(vfs: &SimVfs, name: &str) -> Result<Database> {
+    builder().create_with_vfs(Arc::new(vfs.clone()), name)
+}
+
+/// A random key: mostly short, sometimes long, from a small space so that
+/// overwrites and deletes hit existing keys.
+pub fn rand_key(rng: &mut StdRng) -> Vec<u8> {
+    let n: u32 = rng.gen_range(0..400);
+    if rng.gen_bool(0.05) {
+        let len = rng.gen_range(0..=1024);
+        let mut k = vec![b'L'; len];
+        if len > 0 {
+            k[len - 1] = (n % 256) as u8;
+        }
+        k
+    } else {
+        format!("k{n:05}").into_bytes()
+    }
+}
+
+/// A random value: mostly small, sometimes overflowing a page.
+pub fn rand_value(rng: &mut StdRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..100) {
+        0..=2 => rng.gen_range(2000..20_000),
+        3..=5 => 0,
+        _ => rng.gen_range(1..120),
+    };
+    let b: u8 = rng.gen();
+    (0..len).map(|i| b.wrapping_add(i as u8)).collect()
+}
+
+/// Applies a random batch of writes to one transaction and the model.
+pub fn random_writes(
+    tx: &sheafdb::WriteTransaction,
+    model: &mut Model,
+    rng: &mut StdRng,
+    n_ops: usize,
+) -> Result<()> {
+    for _ in 0..n_ops {
+        let table = format!("t{}", rng.gen_range(0..3));
+        let mut t = tx.open_table(def(&table))?;
+        let m = model.entry(table.clone()).or_default();
+        let key = rand_key(rng);
+        if rng.gen_bool(0.7) {
+            let v = rand_value(rng);
+            let old = t.insert(key.as_slice(), v.as_slice())?;
+            assert_eq!(old.map(|g| g.value().to_vec()), m.insert(key, v));
+        } else {
+            let old = t.remove(key.as_slice())?;
+            assert_eq!(old.map(|g| g.value().to_vec()), m.remove(&key));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! Corruption: flip bytes of a database file and read everything back.
+//! The only acceptable outcomes are an error (`Corrupted`, or
+//! `NotADatabase` for a damaged magic/version) or exactly the committed
+//! data — never a panic, never wrong data. A flip inside the current
+//! superblock slot may legitimately fall back to the previous slot, i.e.
+//! the state of the commit before the last one.
+
+mod common;
+
+use common::{dump, open_sim, random_writes, Model};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sheafdb::storage::sim::SimVfs;
+use sheafdb::Error;
+
+fn build() -> (Vec<u8>, Model, Model) {
+    let vfs = SimVfs::new();
+    let db = open_sim(&vfs, "c.sheaf").unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut model = Model::new();
+    let mut previous = Model::new();
+    for _ in 0..4 {
+        previous = model.clone();
+        let tx = db.begin_write().unwrap();
+        random_writes(&tx, &mut model, &mut rng, 60).unwrap();
+        tx.commit().unwrap();
+    }
+    drop(db);
+    (vfs.file_bytes("c.sheaf").unwrap(), model, previous)
+}
+
+fn acceptable(e: &Error) -> bool {
+    matches!(e, Error::Corrupted { .. } | Error::NotADatabase(_))
+}
+
+fn check_flip(image: &[u8], pos: usize, xor: u8, model: &Model, previous: &Model) {
+    let mut bytes = image.to_vec();
+    bytes[pos] ^= xor;
+    let vfs = SimVfs::new();
+    vfs.set_file_bytes("c.sheaf", bytes);
+    let db = match open_sim(&vfs, "c.sheaf") {
+        Ok(db) => db,
+        Err(e) => {
+            assert!(acceptable(&e), "flip at {pos}: open gave {e:?}");
+            return;
+        }
+    };
+    match dump(&db) {
+        Ok(state) => {
+            let in_superblock = pos < 2 * 4096;
+            assert!(
+                &state == model || (in_superblock && &state == previous),
+                "flip at byte {pos} (page {}) returned wrong data",
+                pos / 4096
+            );
+        }
+        Err(e) => assert!(acceptable(&e), "flip at {pos}: read gave {e:?}"),
+    }
+    if let Err(e) = db.check_integrity() {
+        assert!(acceptable(&e), "flip at {pos}: check_integrity gave {e:?}");
+    }
+}
+
+#[test]
+fn flipped_bytes_give_errors_or_correct_data() {
+    let (image, model, previous) = build();
+    assert!(
+        image.len() > 8 * 4096,
+        "database too small to be interesting"
+    );
+    let mut rng = StdRng::seed_from_u64(3);
+    // Every byte of the superblock sectors, then a large sample of the rest.
+    let mut positions: Vec<usize> = (0..512).chain(4096..4096 + 512).collect();
+    let stride = (image.len() / 6000).max(1);
+    positions.extend(
+        (2 * 4096..image.len())
+            .step_by(stride)
+            .map(|p| p + rng.gen_range(0..stride))
+            .filter(|&p| p < image.len()),
+    );
+    for pos in positions {
+        let xor = 1u8 << rng.gen_range(0..8);
+        check_flip(&image, pos, xor, &model, &previous);
+    }
+}
+
+#[test]
+fn truncated_files_give_errors_or_correct_data() {
+    let (image, model, previous) = build();
+    for cut in (0..image.len()).step_by(4096 / 2).chain([image.len() - 1]) {
+        let vfs = SimVfs::new();
+        vfs.set_file_bytes("c.sheaf", image[..cut].to_vec());
+        match open_sim(&vfs, "c.sheaf") {
+            Ok(db) => match dump(&db) {
+                Ok(state) => assert!(
+                    state == model || state == previous || (cut == 0 && state.is_empty()),
+                    "truncated to {cut}: wrong data"
+                ),
+                Err(e) => assert!(acceptable(&e), "truncated to {cut}: {e:?}"),
+            },
+            Err(e) => assert!(acceptable(&e), "truncated to {cut}: open gave {e:?}"),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Model tests: random operation sequences against a `BTreeMap` per table,
+//! checked after every step, after commit/abort, and after close/reopen.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use common::{def, dump, rand_key, rand_value, Model};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sheafdb::storage::mem::MemVfs;
+use sheafdb::{Database, Result};
+
+fn bound(rng: &mut StdRng) -> Bound<Vec<u8>> {
+    match rng.gen_range(0..3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(rand_key(rng)),
+        _ => Bound::Excluded(rand_key(rng)),
+    }
+}
+
+fn valid_range(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
+        _ => true,
+    }
+}
+
+fn as_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// One random step inside a write transaction, checked against `m`.
+fn step(
+    t: &mut sheafdb::Table<'_, &'static [u8], &'static [u8]>,
+    m: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    rng: &mut StdRng,
+    seed: u64,
+) -> Result<()> {
+    match rng.gen_range(0..100) {
+        0..=44 => {
+            let (k, v) = (rand_key(rng), rand_value(rng));
+            let old = t.insert(k.as_slice(), v.as_slice())?;
+            assert_eq!(
+                old.map(|g| g.value().to_vec()),
+                m.insert(k, v),
+                "seed {seed}"
+            );
+        }
+        45..=64 => {
+            let k = rand_key(rng);
+            let old = t.remove(k.as_slice())?;
+            assert_eq!(old.map(|g| g.value().to_vec()), m.remove(&k), "seed {seed}");
+        }
+        65..=74 => {
+            let k = rand_key(rng);
+            let got = t.get(k.as_slice())?.map(|g| g.value().to_vec());
+            assert_eq!(got.as_ref(), m.get(&k), "seed {seed}");
+        }
+        75..=86 => {
+            let (lo, hi) = (bound(rng), bound(rng));
+            if !valid_range(&lo, &hi) {
+                return Ok(());
+            }
+            let rev = rng.gen_bool(0.5);
+            let take = rng.gen_range(0..50);
+            let it = t.range::<&[u8]>((as_slice_bound(&lo), as_slice_bound(&hi)))?;
+            let got: Vec<(Vec<u8>, Vec<u8>)> = if rev {
+                it.rev()
+                    .take(take)
+                    .map(|e| e.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                    .collect::<Result<_>>()?
+            } else {
+                it.take(take)
+                    .map(|e| e.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                    .collect::<Result<_>>()?
+            };
+            let r = m.range((lo, hi)).map(|(k, v)| (k.clone(), v.clone()));
+            let want: Vec<_> = if rev {
+                r.rev().take(take).collect()
+            } else {
+                r.take(take).collect()
+            };
+            assert_eq!(got, want, "seed {seed}: range");
+        }
+        87..=90 => {
+            let got = t
+                .pop_first()?
+                .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()));
+            assert_eq!(got, m.pop_first(), "seed {seed}: pop_first");
+        }
+        91..=94 => {
+            let got = t
+                .pop_last()?
+                .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()));
+            assert_eq!(got, m.pop_last(), "seed {seed}: pop_last");
+        }
+        95..=96 => {
+            let modulo = rng.gen_range(2..5u8);
+            t.retain(|k, _| k.iter().map(|&b| b as u32).sum::<u32>() % modulo as u32 != 0)?;
+            m.retain(|k, _| k.iter().map(|&b| b as u32).sum::<u32>() % modulo as u32 != 0);
+        }
+        97..=98 => {
+            let got = t.extract_if(|_, v| v.len() > 1000)?;
+            let got: Vec<Vec<u8>> = got.iter().map(|(k, _)| k.value().to_vec()).collect();
+            let want: Vec<Vec<u8>> = m
+                .iter()
+                .filter(|(_, v)| v.len() > 1000)
+                .map(|(k, _)| k.clone())
+                .collect();
+            m.retain(|_, v| v.len() <= 1000);
+            assert_eq!(got, want, "seed {seed}: extract_if");
+        }
+        _ => {
+            let first = t.first()?.map(|(k, _)| k.value().to_vec());
+            let last = t.last()?.map(|(k, _)| k.value().to_vec());
+            assert_eq!(first.as_ref(), m.keys().next(), "seed {seed}: first");
+            assert_eq!(last.as_ref(), m.keys().next_back(), "seed {seed}: last");
+        }
+    }
+    assert_eq!(t.len()?, m.len() as u64, "seed {seed}: len");
+    Ok(())
+}
+
+fn run_sequence(seed: u64, txns: usize) -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let vfs = MemVfs::new();
+    let open = || common::builder().create_with_vfs(Arc::new(vfs.clone()), "model.sheaf");
+    let mut db: Database = open()?;
+    let mut committed = Model::new();
+    for _ in 0..txns {
+        let mut working = committed.clone();
+        let tx = db.begin_write()?;
+        for _ in 0..rng.gen_range(1..25) {
+            let name = format!("t{}", rng.gen_range(0..3));
+            let mut t = tx.open_table(def(&name))?;
+            let m = working.entry(name).or_default();
+            step(&mut t, m, &mut rng, seed)?;
+        }
+        match rng.gen_range(0..10) {
+            0 => tx.abort()?,
+            1 => drop(tx),
+            _ => {
+                tx.commit()?;
+                committed = working;
+            }
+        }
+        assert_eq!(dump(&db)?, committed, "seed {seed}: after commit/abort");
+        if rng.gen_bool(0.1) {
+            drop(db);
+            db = open()?;
+            assert_eq!(dump(&db)?, committed, "seed {seed}: after reopen");
+            db.check_integrity()?;
+        }
+    }
+    db.check_integrity()?;
+    Ok(())
+}
+
+#[test]
+fn random_sequences_match_btreemap() {
+    let cases: u64 = std::env::var("SHEAF_MODEL_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500);
+    for seed in 0..cases {
+        if let Err(e) = run_sequence(seed, 8) {
+            panic!("seed {seed} failed: {e}");
+        }
+    }
+}
+
+#[test]
+fn long_sequences_match_btreemap() {
+    for seed in 10_000..10_020u64 {
+        if let Err(e) = run_sequence(seed, 120) {
+            panic!("seed {seed} failed: {e}");
+        }
+    }
+}
+
+#[test]
+fn snapshot_isolation_holds_across_commits() -> Result<()> {
+    let vfs = MemVfs::new();
+    let db = common::builder().create_with_vfs(Arc::new(vfs), "iso.sheaf")?;
+    let mut rng = StdRng::seed_from_u64(99);
+    let mut model = Model::new();
+    let mut snapshots = Vec::new();
+    for _ in 0..40 {
+        let tx = db.begin_write()?;
+        common::random_writes(&tx, &mut model, &mut rng, 30)?;
+        tx.commit()?;
+        snapshots.push((db.begin_read()?, model.clone()));
+    }
+    for (rx, want) in &snapshots {
+        let mut got = Model::new();
+        for name in rx.list_tables()? {
+            let t = rx.open_table(def(&name))?;
+            let mut map = BTreeMap::new();
+            for e in t.iter()? {
+                let (k, v) = e?;
+                map.insert(k.value().to_vec(), v.value().to_vec());
+            }
+            got.insert(name, map);
+        }
+        assert_eq!(&got, want, "an old snapshot changed");
+    }
+    drop(snapshots);
+    db.check_integrity()?;
+    Ok(())
+}
