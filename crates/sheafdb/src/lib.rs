@@ -28,6 +28,7 @@ pub mod storage;
 pub mod table;
 pub mod txn;
 pub mod types;
+pub mod wal;
 
 pub use db::{Builder, Database, IntegrityReport};
 pub use error::{Error, Location, Result};

@@ -11,7 +11,8 @@ use sheafdb::storage::mem::MemVfs;
 use sheafdb::{Database, Error, Result, TableDefinition};
 
 fn mem_db() -> Database {
-    Database::builder()
+    common::builder()
+        .cache_size_bytes(64 << 20)
         .create_with_vfs(Arc::new(MemVfs::new()), "api.sheaf")
         .unwrap()
 }

@@ -25,7 +25,7 @@ fn overwrite_round(db: &Database, round: u64, keys: u64) -> Result<()> {
 
 #[test]
 fn overwriting_10k_keys_100_times_keeps_the_file_size() -> Result<()> {
-    let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "s.sheaf")?;
+    let db = common::builder().create_with_vfs(Arc::new(MemVfs::new()), "s.sheaf")?;
     let mut sizes = Vec::new();
     for round in 0..100 {
         overwrite_round(&db, round, 10_000)?;
@@ -45,7 +45,7 @@ fn overwriting_10k_keys_100_times_keeps_the_file_size() -> Result<()> {
 
 #[test]
 fn a_snapshot_pins_pages_until_dropped() -> Result<()> {
-    let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "p.sheaf")?;
+    let db = common::builder().create_with_vfs(Arc::new(MemVfs::new()), "p.sheaf")?;
     overwrite_round(&db, 0, 5_000)?;
     let reader = db.begin_read()?;
     for round in 1..10 {
@@ -73,7 +73,7 @@ fn a_snapshot_pins_pages_until_dropped() -> Result<()> {
 
 #[test]
 fn a_tree_that_shrinks_gives_pages_back() -> Result<()> {
-    let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "shrink.sheaf")?;
+    let db = common::builder().create_with_vfs(Arc::new(MemVfs::new()), "shrink.sheaf")?;
     let tx = db.begin_write()?;
     {
         let mut t = tx.open_table(T)?;

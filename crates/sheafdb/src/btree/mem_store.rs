@@ -30,6 +30,9 @@ pub(crate) struct MemStore {
     next: u64,
     pub allocs: u64,
     pub frees: u64,
+    /// Keep freed committed runs readable (for snapshots); off for
+    /// benchmarks that would otherwise keep every version in memory.
+    pub keep_freed: bool,
 }
 
 impl MemStore {
@@ -44,6 +47,7 @@ impl MemStore {
             next: 2,
             allocs: 0,
             frees: 0,
+            keep_freed: true,
         }
     }
 
@@ -134,6 +138,8 @@ impl PageWrite for MemStore {
         if self.private.remove(&id) {
             self.data.remove(&id);
             self.reusable.push((id, npages));
+        } else if !self.keep_freed {
+            self.data.remove(&id);
         }
     }
 }

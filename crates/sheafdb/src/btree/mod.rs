@@ -29,6 +29,7 @@
 //!   bad contents give `Error::Corrupted` naming the page.
 
 mod cursor;
+mod dirty;
 mod mutate;
 mod node;
 pub mod store;
@@ -46,6 +47,7 @@ use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_
 use crate::types::PageId;
 
 pub use cursor::Cursor;
+pub use dirty::collect_dirty;
 pub use mutate::{delete, drain_filter, insert, pop_first, pop_last, put, remove, retain};
 pub use node::{max_key_len, max_value_len};
 pub use walk::{clear, walk};

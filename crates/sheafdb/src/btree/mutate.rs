@@ -17,7 +17,7 @@
 
 use super::cursor::Cursor;
 use super::node::{
-    inline_fits, insert_cell, max_key_len, max_value_len, rebuild, remove_cell, remove_child,
+    copy_node, inline_fits, insert_cell, max_key_len, max_value_len, remove_cell, remove_child,
     set_child, shortest_separator, underfull_below, usable, NewCell, NodeBuilder, NodeRef,
     ValueLoc, BRANCH_CELL_HEADER, MAX_LEVEL, SLOT_LEN,
 };
@@ -143,13 +143,10 @@ fn descend<S: PageRead + ?Sized>(store: &S, root: PageId, target: Target) -> Res
 fn cow_copy<S: PageWrite + ?Sized>(store: &mut S, id: PageId) -> Result<PageId> {
     let ps = store.page_size();
     let page = store.read_page(id)?;
-    let node = NodeRef::parse(&page, id, ps)?;
-    // Validate before allocating, so a corrupt page leaks nothing.
-    if node.used()? > usable(ps) {
-        return Err(Error::corrupted_page(id, "cells overflow the page"));
-    }
+    // Validate the header before allocating, so a corrupt page leaks nothing.
+    NodeRef::parse(&page, id, ps)?;
     let new_id = store.alloc(1)?;
-    let buf = rebuild(&node, ps, new_id, store.cf())?;
+    let buf = copy_node(&page, id, ps, new_id, store.cf())?;
     drop(page);
     store.install(new_id, buf);
     store.free(id, 1);
@@ -588,7 +585,7 @@ fn fill_of<S: PageRead + ?Sized>(store: &S, id: PageId) -> Result<Fill> {
     let node = NodeRef::parse(&page, id, store.page_size())?;
     Ok(if node.is_leaf() && node.count() == 0 {
         Fill::Empty
-    } else if node.used()? < underfull_below(store.page_size()) {
+    } else if node.used() < underfull_below(store.page_size()) {
         Fill::Under
     } else {
         Fill::Ok
@@ -682,7 +679,7 @@ fn try_merge<S: PageWrite + ?Sized>(
         } else {
             0
         };
-        if l.used()? + r.used()? + extra > usable(ps) {
+        if l.used() + r.used() + extra > usable(ps) {
             return Ok(false);
         }
         let (kept, other) = if keep_left { (lid, rid) } else { (rid, lid) };

@@ -12,11 +12,15 @@
 //! | 0..32 | 32 | common header; `count` = number of cells, type `Leaf`/`Branch` |
 //! | 32 | 4 | `content_start` (u32): offset of the lowest cell byte; page size when there are no cells |
 //! | 36 | 1 | `level`: 0 for a leaf, height above the leaves for a branch (1..=63) |
-//! | 37 | 3 | reserved, 0 |
+//! | 37 | 1 | reserved, 0 |
+//! | 38 | 2 | `dead` (u16): bytes of removed cells still inside `content_start .. page end` |
 //! | 40 | 8 | branch: `rightmost` child `PageId`; leaf: 0 |
 //! | 48 | 2 × count | slot array: u16 offset of each cell, in ascending key order |
 //! | … | | free gap |
-//! | content_start .. page end | | cells, packed downward from the page end (may contain dead bytes of removed cells) |
+//! | content_start .. page end | | cells, packed downward from the page end, plus `dead` bytes of removed cells |
+//!
+//! So the bytes a compacted copy would use are
+//! `2 × count + (page_size - content_start - dead)`, known in O(1).
 //!
 //! # Leaf cell
 //!
@@ -64,8 +68,10 @@ use crate::types::{CfId, PageId};
 const OFF_CONTENT: usize = HEADER_LEN;
 /// Offset of `level`.
 const OFF_LEVEL: usize = HEADER_LEN + 4;
-/// Offset of the reserved bytes after `level`.
+/// Offset of the reserved byte after `level`.
 const OFF_RESERVED: usize = HEADER_LEN + 5;
+/// Offset of `dead`.
+const OFF_DEAD: usize = HEADER_LEN + 6;
 /// Offset of `rightmost`.
 const OFF_RIGHTMOST: usize = HEADER_LEN + 8;
 /// End of the node header, start of the slot array.
@@ -147,6 +153,7 @@ pub(crate) struct NodeRef<'a> {
     id: PageId,
     count: usize,
     content: usize,
+    dead: usize,
     level: u8,
 }
 
@@ -171,10 +178,10 @@ impl<'a> NodeRef<'a> {
         if is_leaf != (level == 0) || level > MAX_LEVEL {
             return Err(Error::corrupted_page(id, format!("bad node level {level}")));
         }
-        if b[OFF_RESERVED..OFF_RIGHTMOST].iter().any(|&x| x != 0) {
+        if b[OFF_RESERVED] != 0 {
             return Err(Error::corrupted_page(
                 id,
-                "reserved node header bytes not zero",
+                "reserved node header byte not zero",
             ));
         }
         if is_leaf && read_u64(b, OFF_RIGHTMOST) != 0 {
@@ -182,11 +189,12 @@ impl<'a> NodeRef<'a> {
         }
         let count = page.count() as usize;
         let content = read_u32(b, OFF_CONTENT) as usize;
+        let dead = read_u16(b, OFF_DEAD) as usize;
         let slots_end = NODE_HEADER_LEN + count * SLOT_LEN;
-        if slots_end > content || content > b.len() {
+        if slots_end > content || content > b.len() || dead > b.len() - content {
             return Err(Error::corrupted_page(
                 id,
-                format!("cell count {count} / content start {content} out of bounds"),
+                format!("cell count {count}, content start {content}, dead {dead} out of bounds"),
             ));
         }
         Ok(NodeRef {
@@ -194,6 +202,7 @@ impl<'a> NodeRef<'a> {
             id,
             count,
             content,
+            dead,
             level,
         })
     }
@@ -349,8 +358,15 @@ impl<'a> NodeRef<'a> {
         self.span(off, len, "cell")
     }
 
-    /// Bytes used by cells and slots (what a compacted copy would use).
-    pub fn used(&self) -> Result<usize> {
+    /// Bytes used by cells and slots (what a compacted copy would use),
+    /// from the header: O(1). Exact for pages this module wrote; see
+    /// [`NodeRef::used_exact`].
+    pub fn used(&self) -> usize {
+        self.count * SLOT_LEN + (self.b.len() - self.content - self.dead)
+    }
+
+    /// Bytes used by cells and slots, summed cell by cell (validating each).
+    pub fn used_exact(&self) -> Result<usize> {
         let mut total = 0usize;
         for i in 0..self.count {
             total += self.cell_bytes(i)?.len() + SLOT_LEN;
@@ -416,6 +432,9 @@ impl<'a> NodeRef<'a> {
             if w[0].1 > w[1].0 {
                 return Err(self.corrupt("cells overlap"));
             }
+        }
+        if self.used_exact()? != self.used() {
+            return Err(self.corrupt("dead byte count disagrees with the cells"));
         }
         Ok(())
     }
@@ -577,7 +596,7 @@ impl NodeBuilder {
 /// A compacted copy of `node` as page `id` (cells, order and rightmost
 /// child preserved). Fails if the cells are corrupt.
 pub(crate) fn rebuild(node: &NodeRef, page_size: usize, id: PageId, cf: CfId) -> Result<PageBuf> {
-    if node.used()? > usable(page_size) {
+    if node.used_exact()? > usable(page_size) {
         return Err(node.corrupt("cells overflow the page"));
     }
     let mut b = NodeBuilder::new(page_size, id, cf, node.level());
@@ -594,10 +613,37 @@ pub(crate) fn rebuild(node: &NodeRef, page_size: usize, id: PageId, cf: CfId) ->
     Ok(b.finish())
 }
 
+/// A byte-for-byte copy of node page `page` (read for `old`) as page `id`
+/// (only the common header's identity fields differ). Cells are not
+/// re-validated: every later access to them is checked anyway.
+pub(crate) fn copy_node(
+    page: &PageBuf,
+    old: PageId,
+    page_size: usize,
+    id: PageId,
+    cf: CfId,
+) -> Result<PageBuf> {
+    let node = NodeRef::parse(page, old, page_size)?;
+    let ty = if node.is_leaf() {
+        PageType::Leaf
+    } else {
+        PageType::Branch
+    };
+    let mut copy = PageBuf::new_run(page_size, 1, ty, id, cf);
+    copy.set_count(node.count() as u16);
+    copy.bytes_mut()[HEADER_LEN..].copy_from_slice(&page.bytes()[HEADER_LEN..]);
+    Ok(copy)
+}
+
 fn set_slot(page: &mut PageBuf, i: usize, off: usize) {
     debug_assert!(off < page.len() && off <= u16::MAX as usize);
     let at = NODE_HEADER_LEN + i * SLOT_LEN;
     page.bytes_mut()[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
+}
+
+fn set_dead(page: &mut PageBuf, dead: usize) {
+    debug_assert!(dead <= u16::MAX as usize);
+    page.bytes_mut()[OFF_DEAD..OFF_DEAD + 2].copy_from_slice(&(dead as u16).to_le_bytes());
 }
 
 fn set_content(page: &mut PageBuf, content: usize) {
@@ -620,14 +666,17 @@ pub(crate) fn insert_cell(page: &mut PageBuf, pos: usize, cell: &NewCell) -> Res
         let n = view(page)?;
         debug_assert_eq!(n.is_leaf(), cell.is_leaf());
         debug_assert!(pos <= n.count());
-        let used = if n.gap() >= need { 0 } else { n.used()? };
-        (n.count(), n.gap(), used)
+        (n.count(), n.gap(), n.used())
     };
     if gap < need {
         if used + need > usable(page.len()) {
             return Ok(false);
         }
         compact(page)?;
+        // `used` comes from the header; only trust what compaction made.
+        if view(page)?.gap() < need {
+            return Ok(false);
+        }
     }
     let content = read_u32(page.bytes(), OFF_CONTENT) as usize;
     debug_assert!(content - (NODE_HEADER_LEN + count * SLOT_LEN) >= need);
@@ -646,14 +695,17 @@ pub(crate) fn insert_cell(page: &mut PageBuf, pos: usize, cell: &NewCell) -> Res
 /// Removes cell `pos` of a private page. Its bytes become dead space unless
 /// it was the lowest cell.
 pub(crate) fn remove_cell(page: &mut PageBuf, pos: usize) -> Result<()> {
-    let (count, off, len, content) = {
+    let (count, off, len, content, dead) = {
         let n = view(page)?;
         debug_assert!(pos < n.count());
         let bytes = n.cell_bytes(pos)?;
-        (n.count(), n.cell_off(pos)?, bytes.len(), n.content)
+        (n.count(), n.cell_off(pos)?, bytes.len(), n.content, n.dead)
     };
     if off == content {
         set_content(page, content + len);
+    } else {
+        // Never more than the cell area, even if a copied page lied.
+        set_dead(page, (dead + len).min(page.len() - content));
     }
     let slot_at = NODE_HEADER_LEN + pos * SLOT_LEN;
     let slots_end = NODE_HEADER_LEN + count * SLOT_LEN;
@@ -834,7 +886,7 @@ mod tests {
                         let _ = v.child(i);
                     }
                 }
-                let _ = v.used();
+                let _ = v.used_exact();
                 let _ = v.check_cells();
                 if v.is_leaf() {
                     let _ = v.leaf_search(b"k");

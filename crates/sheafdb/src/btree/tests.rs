@@ -47,6 +47,17 @@ fn check_store(s: &MemStore, root: &TreeRoot) -> [usize; 3] {
     by_type
 }
 
+/// Number of levels of the tree (0 when empty).
+fn depth(s: &MemStore, root: &TreeRoot) -> u8 {
+    root.root.map_or(0, |id| {
+        let page = s.read_page(id).unwrap();
+        node::NodeRef::parse(&page, id, s.page_size())
+            .unwrap()
+            .level()
+            + 1
+    })
+}
+
 fn collect_all(s: &MemStore, root: &TreeRoot) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut c = Cursor::all(root);
     let mut out = Vec::new();
@@ -69,28 +80,41 @@ fn value_of(len: usize, tag: u64) -> Vec<u8> {
         .collect()
 }
 
+thread_local! {
+    /// Percentage of long keys `gen_key` makes beyond its usual 15 %.
+    static LONG_KEYS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 fn gen_key(rng: &mut StdRng) -> Vec<u8> {
-    match rng.gen_range(0..10) {
+    let r = if rng.gen_range(0..100) < LONG_KEYS.with(|l| l.get()) {
+        19
+    } else {
+        rng.gen_range(0..20)
+    };
+    match r {
         0..=5 => {
-            let n = rng.gen_range(0..4);
+            let n = rng.gen_range(0..7);
             (0..n).map(|_| b"abcd"[rng.gen_range(0..4)]).collect()
         }
-        6..=8 => rng.gen_range(0u64..3000).to_be_bytes().to_vec(),
+        6..=13 => rng.gen_range(0u64..20_000).to_be_bytes().to_vec(),
+        14..=16 => {
+            let mut k = vec![b'm'; rng.gen_range(10..100)];
+            k.extend_from_slice(&rng.gen_range(0u32..500).to_be_bytes());
+            k
+        }
         _ => {
-            let n = rng.gen_range(0..1024);
+            let n = rng.gen_range(0..1020);
             let mut k = vec![b'L'; n];
-            if n > 0 {
-                k[n - 1] = rng.gen();
-            }
+            k.extend_from_slice(&rng.gen_range(0u32..300).to_be_bytes());
             k
         }
     }
 }
 
 fn gen_value(rng: &mut StdRng) -> Vec<u8> {
-    let len = match rng.gen_range(0..10) {
-        0..=6 => rng.gen_range(0..40),
-        7..=8 => rng.gen_range(40..1500),
+    let len = match rng.gen_range(0..20) {
+        0..=15 => rng.gen_range(0..40),
+        16..=18 => rng.gen_range(40..1500),
         _ => rng.gen_range(1500..20_000),
     };
     value_of(len, rng.gen())
@@ -174,71 +198,85 @@ fn pick_key(rng: &mut StdRng, model: &Model) -> Vec<u8> {
     }
 }
 
-/// One random model run.
+/// One random model run: phases of growth and shrinkage, so splits and
+/// merges run at every level.
 fn model_run(seed: u64, steps: usize, ps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut s = MemStore::new(ps);
     let mut root = TreeRoot::default();
     let mut model = Model::new();
     let mut max_len = 0;
-    // Phases alternate growth and shrinking so both splits and merges run.
+    let mut max_depth = 0;
+    let mut grow = false;
     for step in 0..steps {
-        let grow = (step / 300) % 2 == 0;
+        if step % 2000 == 0 {
+            grow = !grow || model.is_empty();
+            max_depth = max_depth.max(depth(&s, &root));
+        }
+        let (ins, del) = if grow { (66, 8) } else { (12, 62) };
         let op = rng.gen_range(0..100);
+        let op = if op < ins {
+            0
+        } else if op < ins + del {
+            1
+        } else {
+            op
+        };
         match op {
-            0..=34 if grow || op < 20 => {
+            0 => {
                 let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
-                let old = insert(&mut s, &mut root, &k, &v).unwrap();
-                let exp = model.insert(k, v);
-                assert_eq!(old.map(|b| b.to_vec()), exp);
+                if rng.gen_bool(0.8) {
+                    let old = insert(&mut s, &mut root, &k, &v).unwrap();
+                    assert_eq!(old.map(|b| b.to_vec()).as_ref(), model.get(&k));
+                } else {
+                    let replaced = put(&mut s, &mut root, &k, &v).unwrap();
+                    assert_eq!(replaced, model.contains_key(&k));
+                }
+                assert_eq!(
+                    get(&s, &root, &k).unwrap().unwrap().as_slice(),
+                    v.as_slice()
+                );
+                model.insert(k, v);
             }
-            0..=34 => {
+            1 => {
                 let k = pick_key(&mut rng, &model);
-                let old = remove(&mut s, &mut root, &k).unwrap();
-                assert_eq!(old.map(|b| b.to_vec()), model.remove(&k));
+                if rng.gen_bool(0.8) {
+                    let old = remove(&mut s, &mut root, &k).unwrap();
+                    assert_eq!(old.map(|b| b.to_vec()), model.remove(&k));
+                } else {
+                    let found = delete(&mut s, &mut root, &k).unwrap();
+                    assert_eq!(found, model.remove(&k).is_some());
+                }
+                assert!(get(&s, &root, &k).unwrap().is_none());
             }
-            35..=49 => {
-                let k = pick_key(&mut rng, &model);
-                let old = remove(&mut s, &mut root, &k).unwrap();
-                assert_eq!(old.map(|b| b.to_vec()), model.remove(&k));
-            }
-            50..=54 => {
-                let (k, v) = (pick_key(&mut rng, &model), gen_value(&mut rng));
-                let replaced = put(&mut s, &mut root, &k, &v).unwrap();
-                assert_eq!(replaced, model.insert(k, v).is_some());
-            }
-            55..=59 => {
-                let k = pick_key(&mut rng, &model);
-                let found = delete(&mut s, &mut root, &k).unwrap();
-                assert_eq!(found, model.remove(&k).is_some());
-            }
-            60..=69 => {
+            70..=79 => {
                 let k = pick_key(&mut rng, &model);
                 let got = get(&s, &root, &k).unwrap();
                 assert_eq!(got.map(|b| b.to_vec()).as_ref(), model.get(&k));
             }
-            70..=79 => check_range(&mut rng, &s, &root, &model),
-            80..=82 => {
+            80..=85 => check_range(&mut rng, &s, &root, &model),
+            86..=87 => {
                 let got = pop_first(&mut s, &mut root).unwrap();
                 let exp = model.pop_first();
                 assert_eq!(got.map(|(k, v)| (k.to_vec(), v.to_vec())), exp);
             }
-            83..=85 => {
+            88..=89 => {
                 let got = pop_last(&mut s, &mut root).unwrap();
                 let exp = model.pop_last();
                 assert_eq!(got.map(|(k, v)| (k.to_vec(), v.to_vec())), exp);
             }
-            86 => {
-                let m = rng.gen_range(2..6);
-                let keep = |k: &[u8], v: &[u8]| (k.len() + v.len()) % m != 0;
+            90 if rng.gen_bool(0.05) => {
+                let m = rng.gen_range(2..9);
+                let keep = |k: &[u8], v: &[u8]| !(k.len() + v.len()).is_multiple_of(m);
                 let before = model.len();
                 model.retain(|k, v| keep(k, v));
                 let removed = retain(&mut s, &mut root, keep).unwrap();
                 assert_eq!(removed, (before - model.len()) as u64);
             }
-            87 => {
-                let m = rng.gen_range(3..8);
-                let pick = |k: &[u8], _: &[u8]| k.first().is_some_and(|b| *b as usize % m == 0);
+            91 if rng.gen_bool(0.05) => {
+                let m = rng.gen_range(3..9);
+                let pick =
+                    |k: &[u8], _: &[u8]| k.last().is_some_and(|b| (*b as usize).is_multiple_of(m));
                 let want: Vec<_> = model
                     .iter()
                     .filter(|(k, v)| pick(k, v))
@@ -248,9 +286,7 @@ fn model_run(seed: u64, steps: usize, ps: usize) {
                 let got = drain_filter(&mut s, &mut root, pick).unwrap();
                 assert_eq!(got, want);
             }
-            88..=91 => {
-                s.commit();
-            }
+            92..=95 => s.commit(),
             _ => {
                 let got = first(&s, &root).unwrap().map(|(k, _)| k.to_vec());
                 assert_eq!(got.as_ref(), model.keys().next());
@@ -260,17 +296,20 @@ fn model_run(seed: u64, steps: usize, ps: usize) {
         }
         assert_eq!(root.len, model.len() as u64, "seed {seed} step {step}");
         max_len = max_len.max(model.len());
-        if model.len() < 64 || step % 50 == 0 {
+        if model.len() < 64 || step % 25 == 0 {
             check_model(&s, &root, &model);
+        }
+        if step % 100 == 0 {
             check_store(&s, &root);
         }
     }
     check_model(&s, &root, &model);
     let t = check_store(&s, &root);
     eprintln!(
-        "seed {seed}: {} entries, pages {t:?}, max {max_len}",
+        "seed {seed}: {} entries, pages {t:?}, max {max_len}, depth {max_depth}",
         model.len()
     );
+    assert!(max_depth >= 3, "the run never built a tree of depth 3");
     // Empty it completely.
     while let Some((k, _)) = pop_first(&mut s, &mut root).unwrap() {
         assert!(model.remove(k.as_slice()).is_some());
@@ -286,14 +325,21 @@ fn model_run(seed: u64, steps: usize, ps: usize) {
 
 #[test]
 fn model_random_4k() {
-    for seed in 0..6 {
-        model_run(seed, 1500, PS);
+    for seed in 0..4 {
+        model_run(seed, 8100, PS);
     }
 }
 
 #[test]
+fn model_random_long_keys() {
+    LONG_KEYS.with(|l| l.set(80));
+    model_run(200, 6100, PS);
+    LONG_KEYS.with(|l| l.set(0));
+}
+
+#[test]
 fn model_random_8k() {
-    model_run(100, 1500, 8192);
+    model_run(100, 8100, 8192);
 }
 
 #[test]
@@ -388,6 +434,7 @@ fn sequential_inserts_fill_leaves() {
             }
         }
         let [leaves, branches, _] = check_store(&s, &root);
+        eprintln!("sequential descending={descending}: {leaves} leaves, {branches} branches, ideal {ideal}");
         assert!(
             (leaves as f64) < 1.15 * ideal as f64,
             "descending={descending}: {leaves} leaves, ideal {ideal}"
@@ -412,6 +459,7 @@ fn random_inserts_fill_reasonably() {
     }
     let [leaves, _, _] = check_store(&s, &root);
     let ideal = leaf_ideal(PS, N, 23);
+    eprintln!("random: {leaves} leaves, ideal {ideal}");
     assert!(leaves < 2 * ideal, "{leaves} leaves, ideal {ideal}");
 }
 
@@ -438,8 +486,16 @@ fn shrinking_frees_pages() {
         if n % 7000 == 0 {
             s.commit();
         }
+        if n == 45_000 {
+            // 5000 entries left: pages must have been merged along the way.
+            let [leaves, _, _] = check_store(&s, &root);
+            let ideal = leaf_ideal(PS, 5000, 7 + 8 + 20);
+            eprintln!("shrunk to 5000 keys: {leaves} leaves, ideal {ideal}");
+            assert!(leaves <= 3 * ideal, "{leaves} leaves, ideal {ideal}");
+        }
     }
     let [leaves, branches, _] = check_store(&s, &root);
+    eprintln!("shrunk to 10 keys: {leaves} leaves, {branches} branches");
     assert!(
         leaves + branches <= 3,
         "{leaves} leaves, {branches} branches for 10 keys"
@@ -470,6 +526,7 @@ fn shrinking_in_order_frees_pages() {
             assert!(delete(&mut s, &mut root, &k.to_be_bytes()).unwrap());
         }
         let [leaves, branches, _] = check_store(&s, &root);
+        eprintln!("shrunk in order (reverse={reverse}): {leaves} leaves, {branches} branches");
         assert!(
             leaves + branches <= 3,
             "{leaves} leaves, {branches} branches"
@@ -580,7 +637,8 @@ fn empty_and_inverted_ranges() {
     for i in 0u8..100 {
         insert(&mut s, &mut root, &[i], &[i]).unwrap();
     }
-    let cases: [(Bound<&[u8]>, Bound<&[u8]>); 3] = [
+    type Bounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+    let cases: [Bounds; 3] = [
         (Bound::Included(&[50]), Bound::Included(&[10])),
         (Bound::Excluded(&[50]), Bound::Excluded(&[50])),
         (Bound::Included(&[50]), Bound::Excluded(&[50])),
@@ -662,6 +720,7 @@ fn corruption_never_panics() {
         }
         errors += failed as usize;
     }
+    eprintln!("corruption: {errors} of 400 detected");
     assert!(errors > 100, "only {errors} corruptions detected");
 }
 
@@ -752,4 +811,44 @@ fn walk_detects_bad_count_and_shared_pages() {
     assert!(walk(&s, &root, &mut |_, _, _| {})
         .unwrap_err()
         .is_corrupted());
+}
+
+/// Rough throughput numbers: `cargo test --release -- --ignored bench_rough --nocapture`.
+#[test]
+#[ignore = "timing, not a test"]
+fn bench_rough() {
+    use std::time::Instant;
+    const N: u64 = 1_000_000;
+    let mut s = MemStore::new(PS);
+    s.keep_freed = false;
+    let mut root = TreeRoot::default();
+    let mut rng = StdRng::seed_from_u64(1);
+    let keys: Vec<u64> = (0..N).map(|_| rng.gen()).collect();
+    let t = Instant::now();
+    for (i, k) in keys.iter().enumerate() {
+        put(&mut s, &mut root, &k.to_be_bytes(), &[1u8; 16]).unwrap();
+        if i % 1000 == 999 {
+            s.commit();
+        }
+    }
+    eprintln!("random put: {:?}/op", t.elapsed() / N as u32);
+    s.commit();
+    let t = Instant::now();
+    for k in &keys {
+        assert!(get(&s, &root, &k.to_be_bytes()).unwrap().is_some());
+    }
+    eprintln!("random get: {:?}/op", t.elapsed() / N as u32);
+    let t = Instant::now();
+    let mut c = Cursor::all(&root);
+    while c.next(&s).unwrap().is_some() {}
+    eprintln!("scan: {:?}/entry", t.elapsed() / N as u32);
+    let t = Instant::now();
+    for (i, k) in keys.iter().enumerate() {
+        assert!(delete(&mut s, &mut root, &k.to_be_bytes()).unwrap());
+        if i % 1000 == 999 {
+            s.commit();
+        }
+    }
+    eprintln!("random delete: {:?}/op", t.elapsed() / N as u32);
+    assert!(s.live().is_empty());
 }

@@ -1,82 +1,128 @@
-//! The checkpoint protocol (DESIGN §6), run synchronously by every commit
-//! in this version of the engine.
+//! The checkpoint protocol (DESIGN §6).
 //!
-//! Steps: (1) write the transaction's private runs; (2) record the CF's new
-//! descriptor (catalog root, free space) in the system tree, copy-on-write;
-//! (3) write a new metadata blob (extent table, system free space) into
-//! fresh system pages; (4) `fdatasync`; (5) write the superblock to the
-//! slot that is not current, `fdatasync`; (6) only now release the system
-//! pages the previous base used, and publish the new CF version.
+//! 1. For each CF with unpersisted commits, take its latest published
+//!    version `S_c` as a snapshot (its pages stay alive) and its LSN `L_c`.
+//! 2. Collect the dirty runs reachable from `S_c` (a connected top part of
+//!    each tree, found without reading clean pages).
+//! 3. Compute the CF's free space *at* `S_c` exactly from the allocator's
+//!    page versions, and write the new descriptors (roots, `L_c`, free
+//!    space) into the system tree, copy-on-write; then a new metadata blob.
+//! 4. Write all runs sorted and coalesced; `fdatasync`.
+//! 5. Write the superblock (with the WAL replay start) to the slot that is
+//!    not current; `fdatasync`.
+//! 6. Mark the written runs clean, let pages wait-listed on this checkpoint
+//!    be reused, release the system pages of the old base, and let the WAL
+//!    below the replay start be recycled.
+//!
+//! Writers and readers keep running: the checkpoint reads only immutable
+//! committed pages and takes the allocator lock briefly; only one
+//! checkpoint runs at a time (the system lock).
 //!
 //! Crash argument: until step 5 completes, the current superblock and every
-//! page it reaches are untouched (new data goes only to pages that are free
-//! in the current base), so a crash recovers the previous state. A torn
-//! superblock write fails its checksum and the other slot is used.
-//! Invariant 4 (DESIGN §11): the data file is synced before the superblock
-//! that references it is written, and generations strictly increase.
+//! page it reaches are untouched (new runs go only to pages free in the
+//! current base, and pages the base uses are never reused before a later
+//! base drops them), so a crash recovers the previous base plus the WAL. A
+//! torn superblock write fails its checksum and the other slot is used.
+//! Invariant 4 (DESIGN §11): data synced before the superblock that
+//! references it; generations strictly increase.
 
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::{DbShared, SysState};
-use crate::btree;
+use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
-use crate::format::records::{cf_key, CfDescriptor, MetaBlob};
+use crate::format::records::{cf_key, CfDescriptor, MetaBlob, TableMeta};
 use crate::format::superblock::Superblock;
-use crate::pager::alloc::{CfAllocator, ReclaimBatch};
+use crate::pager::alloc::CfAllocator;
 use crate::pager::ranges::RangeSet;
-use crate::txn::pages::TxnPages;
-use crate::txn::{CfShared, CfVersion, Durability, WriteState};
-use crate::types::{CfId, Lsn, PageId};
+use crate::txn::pages::{ReadPages, TxnPages};
+use crate::txn::{CfShared, CfVersion};
+use crate::types::{CfId, Lsn, PageId, Version};
+
+/// One CF's part of a checkpoint.
+struct Plan {
+    cf: Arc<CfShared>,
+    snapshot: Arc<CfVersion>,
+}
 
 impl DbShared {
-    /// Commits `st` on `cf` by a checkpoint, then publishes the version.
-    pub(crate) fn commit_cf(
+    /// Checkpoints every CF with unpersisted published commits.
+    pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
+        self.checkpoint_including(None)
+    }
+
+    /// Checkpoints every CF with unpersisted published commits, plus
+    /// `extra` (a CF and a committed version not yet published — the
+    /// direct-commit path, whose caller holds that CF's writer lock).
+    pub(crate) fn checkpoint_including(
         self: &Arc<Self>,
-        cf: &CfShared,
-        st: &mut WriteState,
-        _durability: Durability,
+        extra: Option<(Arc<CfShared>, Arc<CfVersion>)>,
     ) -> Result<()> {
+        let mut sys = self.sys.lock();
         self.check_writable()?;
-        let runs = st.pages.private_runs();
-        let freed = st.pages.take_freed();
-        let next_version = st.base.version.next();
-        let desc = {
-            let mut alloc = cf.alloc.lock();
-            for &(p, n) in &freed {
-                alloc.free_pending(p, n);
-            }
-            CfDescriptor {
-                name: cf.name.clone(),
-                catalog_root: st.catalog.root,
-                catalog_len: st.catalog.len,
-                next_table: st.next_table,
-                checkpoint_lsn: Lsn(0),
-                version: next_version,
-                free: alloc.durable_free().to_vec(),
-            }
-        };
-        {
-            let mut sys = self.sys.lock();
-            if let Err(e) = self.write_checkpoint(&mut sys, &runs, vec![(cf.id, desc)]) {
-                self.poison();
-                return Err(e);
+        let log_end = self.wal().next_lsn();
+        self.last_checkpoint_lsn.store(log_end.0, Ordering::Relaxed);
+        let cfs: Vec<Arc<CfShared>> = self.cfs.read().values().cloned().collect();
+        let plans = plan(&cfs, extra);
+        let mut runs = Vec::new();
+        let mut descriptors = Vec::new();
+        for p in &plans {
+            let (desc, mut r) = self.prepare_cf(p)?;
+            descriptors.push((p.cf.id, desc));
+            runs.append(&mut r);
+        }
+        let replay_lsn = replay_floor(&cfs, &plans, log_end);
+        if descriptors.is_empty() && replay_lsn == sys.replay_lsn {
+            return Ok(());
+        }
+        if let Err(e) = self.write_checkpoint(&mut sys, &runs, descriptors, replay_lsn) {
+            self.poison();
+            return Err(e);
+        }
+        for p in &plans {
+            *p.cf.base.lock() = (p.snapshot.version, p.snapshot.lsn);
+            let forget = {
+                let mut a = p.cf.alloc.lock();
+                a.checkpoint_done(p.snapshot.version);
+                a.take_forgettable()
+            };
+            for id in forget {
+                self.pager.forget(id);
             }
         }
-        st.pages.mark_committed();
-        let new_batch = ReclaimBatch::new(cf.alloc.lock().released_sink());
-        st.base.batch.seal(freed, new_batch.clone());
-        let version = CfVersion {
-            version: next_version,
-            catalog: st.catalog,
-            next_table: st.next_table,
-            lsn: Lsn(0),
-            batch: new_batch,
-        };
-        cf.current.store(Arc::new(version));
+        self.wal().release_before(replay_lsn);
         Ok(())
+    }
+
+    /// Collects `S_c`'s dirty runs and builds its descriptor.
+    fn prepare_cf(self: &Arc<Self>, p: &Plan) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
+        let s = &p.snapshot;
+        let (dirty, free) = {
+            let a = p.cf.alloc.lock();
+            (a.dirty_runs(s.version), a.free_at(s.version))
+        };
+        let store = ReadPages::new(self.clone(), p.cf.id);
+        let mut runs = Vec::new();
+        if !dirty.is_empty() {
+            collect_cf_dirty(&store, &s.catalog, &dirty, &mut runs)?;
+        }
+        debug_assert!(runs.iter().all(|(id, _)| dirty.contains_key(id)));
+        let desc = CfDescriptor {
+            name: p.cf.name.clone(),
+            catalog_root: s.catalog.root,
+            catalog_len: s.catalog.len,
+            next_table: s.next_table,
+            checkpoint_lsn: s.lsn,
+            version: s.version,
+            free: free.to_vec(),
+        };
+        Ok((desc, runs))
     }
 
     /// Writes `runs` and the given CF descriptors as a new durable base.
@@ -85,9 +131,10 @@ impl DbShared {
         sys: &mut SysState,
         runs: &[(PageId, PageRef)],
         descriptors: Vec<(CfId, CfDescriptor)>,
+        replay_lsn: Lsn,
     ) -> Result<()> {
         let mut sp = TxnPages::new(self.clone(), CfId::SYSTEM, sys.alloc.clone());
-        let result = self.write_checkpoint_inner(sys, &mut sp, runs, descriptors);
+        let result = self.write_checkpoint_inner(sys, &mut sp, runs, descriptors, replay_lsn);
         if result.is_err() {
             sp.rollback();
         }
@@ -100,6 +147,7 @@ impl DbShared {
         sp: &mut TxnPages,
         runs: &[(PageId, PageRef)],
         descriptors: Vec<(CfId, CfDescriptor)>,
+        replay_lsn: Lsn,
     ) -> Result<()> {
         let mut root = sys.root;
         for (cf, desc) in &descriptors {
@@ -131,7 +179,7 @@ impl DbShared {
             meta_len: meta.2,
             file_pages: meta.3,
             next_cf: sys.next_cf,
-            wal_epoch: 0,
+            replay_lsn,
         };
         let slot = 1 - sys.slot;
         let offset = slot as u64 * self.pager.page_size() as u64;
@@ -142,10 +190,18 @@ impl DbShared {
         sys.slot = slot;
         sys.root = root;
         sys.meta_run = Some((meta.0, meta.1));
-        sp.mark_committed();
+        sys.replay_lsn = replay_lsn;
         let mut alloc = sys.alloc.lock();
+        let allocated: Vec<(PageId, u32)> = sp
+            .private_runs()
+            .iter()
+            .map(|(id, p)| (*id, (p.len() / self.pager.page_size()) as u32))
+            .collect();
+        sp.mark_committed();
+        alloc.commit(Version(sys.generation), &allocated, &[]);
+        alloc.checkpoint_done(Version(sys.generation));
         for (p, n) in released {
-            alloc.free_now(p, n);
+            alloc.release_system_run(p, n);
         }
         Ok(())
     }
@@ -186,7 +242,9 @@ impl DbShared {
     }
 
     fn encode_meta(&self, sys_alloc: &Mutex<CfAllocator>, released: &RangeSet) -> Vec<u8> {
-        let mut sys_free = sys_alloc.lock().durable_free();
+        // The system's in-flight pages are the new base's own pages: only
+        // what is free now (and what the old base used) is free in it.
+        let mut sys_free = sys_alloc.lock().free_set().clone();
         let ok = sys_free.insert_all(released);
         assert!(ok, "released system pages were already free");
         let extents = self.extents.lock();
@@ -197,4 +255,68 @@ impl DbShared {
         }
         .encode()
     }
+}
+
+/// The CFs to checkpoint and the snapshot of each.
+fn plan(cfs: &[Arc<CfShared>], extra: Option<(Arc<CfShared>, Arc<CfVersion>)>) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    for cf in cfs {
+        let snapshot = match &extra {
+            Some((x, v)) if x.id == cf.id => v.clone(),
+            _ => cf.current.load_full(),
+        };
+        let (base_version, _) = *cf.base.lock();
+        if snapshot.version > base_version {
+            plans.push(Plan {
+                cf: cf.clone(),
+                snapshot,
+            });
+        }
+    }
+    plans
+}
+
+/// The lowest WAL position a recovery may need after this checkpoint:
+/// the end of the checkpointed version of every CF that has (or may have)
+/// later commits; CFs provably idle do not pin the log (DESIGN §6.6).
+fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn) -> Lsn {
+    let mut floor = log_end;
+    for cf in cfs {
+        let (base_version, base_lsn) = match plans.iter().find(|p| p.cf.id == cf.id) {
+            Some(p) => (p.snapshot.version, p.snapshot.lsn),
+            None => *cf.base.lock(),
+        };
+        // Holding the writer lock proves no commit of this CF is between
+        // its WAL append and its head update; a busy CF is assumed to have
+        // unpersisted commits.
+        let idle = cf
+            .writer
+            .try_lock()
+            .is_some_and(|slot| slot.head.version == base_version);
+        if !idle {
+            floor = floor.min(base_lsn);
+        }
+    }
+    floor
+}
+
+/// Collects the dirty runs of a CF's catalog tree and of every table tree.
+fn collect_cf_dirty(
+    store: &ReadPages,
+    catalog: &TreeRoot,
+    dirty: &HashMap<PageId, u32>,
+    out: &mut Vec<(PageId, PageRef)>,
+) -> Result<()> {
+    let is_dirty = |id: PageId| dirty.contains_key(&id);
+    btree::collect_dirty(store, catalog, &is_dirty, out)?;
+    let mut cursor = btree::Cursor::new(catalog, Bound::Unbounded, Bound::Unbounded);
+    while let Some((_, v)) = cursor.next(store)? {
+        let meta = TableMeta::decode(v.as_slice())?;
+        let root = TreeRoot {
+            root: meta.root,
+            len: meta.len,
+        };
+        btree::collect_dirty(store, &root, &is_dirty, out)?;
+    }
+    Ok(())
 }

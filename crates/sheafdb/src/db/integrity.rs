@@ -131,7 +131,7 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
             &ext,
             &sys_used,
             alloc.free_set(),
-            alloc.pending_set(),
+            &alloc.pending_set(),
         )?;
         report.pages_free += alloc.free_set().pages();
     }
@@ -190,7 +190,7 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
         }
         let alloc = cf.alloc.lock();
         let ext = extents_set(alloc.extents());
-        check_partition(cf.id, &ext, &used, alloc.free_set(), alloc.pending_set())?;
+        check_partition(cf.id, &ext, &used, alloc.free_set(), &alloc.pending_set())?;
         report.cfs += 1;
         report.tables += n_tables;
         report.pages_in_use += used.pages();

@@ -12,15 +12,18 @@
 //! a write or sync fails, the database is poisoned and refuses writes.
 
 mod checkpoint;
+mod commit;
 mod integrity;
 mod open;
+mod recover;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::btree::TreeRoot;
 use crate::error::{Error, Result};
@@ -29,8 +32,9 @@ use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy};
 use crate::pager::Pager;
 use crate::storage::file::FsVfs;
 use crate::storage::{LockGuard, Vfs};
-use crate::txn::{CfShared, ReadTransaction, WriteTransaction};
-use crate::types::{CfId, PageId};
+use crate::txn::{CfShared, Durability, ReadTransaction, WriteTransaction};
+use crate::types::{CfId, Lsn, PageId};
+use crate::wal::{FlusherHandle, Wal};
 
 pub use integrity::IntegrityReport;
 
@@ -55,6 +59,46 @@ pub(crate) struct SysState {
     pub meta_run: Option<(PageId, u32)>,
     /// Next CF id to hand out.
     pub next_cf: CfId,
+    /// WAL position replay starts from (every CF's base covers what is
+    /// below it).
+    pub replay_lsn: Lsn,
+}
+
+/// Tunables fixed when the database is opened.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub durability: Durability,
+    pub sync_interval: Duration,
+    pub wal_segment_bytes: u64,
+    pub wal_record_max_bytes: usize,
+    pub checkpoint_wal_bytes: u64,
+    pub checkpoint_dirty_bytes: u64,
+    pub dirty_hard_limit_bytes: u64,
+    pub checkpoint_interval: Duration,
+    pub background_checkpoints: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Immediate,
+            sync_interval: Duration::from_millis(50),
+            wal_segment_bytes: 32 << 20,
+            wal_record_max_bytes: 16 << 20,
+            checkpoint_wal_bytes: 64 << 20,
+            checkpoint_dirty_bytes: 256 << 20,
+            dirty_hard_limit_bytes: 512 << 20,
+            checkpoint_interval: Duration::from_secs(30),
+            background_checkpoints: true,
+        }
+    }
+}
+
+/// Wakes the background checkpointer.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointSignal {
+    state: Mutex<(bool, bool)>, // (requested, shutdown)
+    cv: Condvar,
 }
 
 /// Everything shared by the handles of one open database.
@@ -65,8 +109,23 @@ pub(crate) struct DbShared {
     pub sys: Mutex<SysState>,
     pub cfs: RwLock<BTreeMap<CfId, Arc<CfShared>>>,
     pub policy: ExtentPolicy,
+    pub options: Options,
+    wal: OnceLock<Arc<Wal>>,
+    /// Pages committed since their CF's durable base, over all CFs.
+    pub dirty_pages: Arc<AtomicU64>,
+    /// WAL position when the last checkpoint started (trigger by WAL bytes).
+    pub last_checkpoint_lsn: AtomicU64,
+    signal: CheckpointSignal,
+    threads: Mutex<Threads>,
     poisoned: AtomicBool,
     _lock: Box<dyn LockGuard>,
+}
+
+/// Background threads owned by an open database.
+#[derive(Debug, Default)]
+pub(crate) struct Threads {
+    checkpointer: Option<std::thread::JoinHandle<()>>,
+    flusher: Option<FlusherHandle>,
 }
 
 impl DbShared {
@@ -83,6 +142,73 @@ impl DbShared {
         self.poisoned.store(true, Ordering::Release);
     }
 
+    /// The write-ahead log.
+    pub fn wal(&self) -> &Arc<Wal> {
+        self.wal
+            .get()
+            .expect("the WAL is opened before the database is used")
+    }
+
+    /// Bytes committed since the durable base, over all CFs.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_pages.load(Ordering::Relaxed) * self.pager.page_size() as u64
+    }
+
+    /// Asks the background checkpointer to run soon.
+    pub fn request_checkpoint(&self) {
+        let mut st = self.signal.state.lock();
+        st.0 = true;
+        self.signal.cv.notify_all();
+    }
+
+    /// After a commit: wake the checkpointer if a trigger fired.
+    pub fn after_commit(&self) {
+        let since = self
+            .wal()
+            .bytes_since(Lsn(self.last_checkpoint_lsn.load(Ordering::Relaxed)));
+        if since >= self.options.checkpoint_wal_bytes
+            || self.dirty_bytes() >= self.options.checkpoint_dirty_bytes
+        {
+            self.request_checkpoint();
+        }
+    }
+
+    /// Before a write transaction: past the hard dirty limit, the writer
+    /// runs a checkpoint itself (memory stays bounded).
+    pub fn stall_if_dirty(self: &Arc<Self>) -> Result<()> {
+        if self.dirty_bytes() >= self.options.dirty_hard_limit_bytes {
+            self.checkpoint_all()?;
+        }
+        Ok(())
+    }
+
+    fn start_threads(self: &Arc<Self>) {
+        let mut t = self.threads.lock();
+        t.flusher = Some(self.wal().start_flusher(self.options.sync_interval));
+        if self.options.background_checkpoints {
+            let weak = Arc::downgrade(self);
+            t.checkpointer = Some(
+                std::thread::Builder::new()
+                    .name("sheafdb-checkpoint".into())
+                    .spawn(move || checkpointer_loop(weak))
+                    .expect("spawn checkpoint thread"),
+            );
+        }
+    }
+
+    fn stop_threads(&self) {
+        {
+            let mut st = self.signal.state.lock();
+            st.1 = true;
+            self.signal.cv.notify_all();
+        }
+        let mut t = self.threads.lock();
+        t.flusher = None;
+        if let Some(h) = t.checkpointer.take() {
+            let _ = h.join();
+        }
+    }
+
     /// The CF with id `id`.
     pub fn cf(&self, id: CfId) -> Result<Arc<CfShared>> {
         self.cfs
@@ -93,6 +219,30 @@ impl DbShared {
     }
 }
 
+/// The background checkpointer: runs a checkpoint when asked (WAL or dirty
+/// bytes over their trigger) or when the timer fires with work to do.
+fn checkpointer_loop(weak: std::sync::Weak<DbShared>) {
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        let interval = shared.options.checkpoint_interval;
+        let requested = {
+            let mut st = shared.signal.state.lock();
+            if !st.0 && !st.1 {
+                shared.signal.cv.wait_for(&mut st, interval);
+            }
+            if st.1 {
+                return;
+            }
+            std::mem::take(&mut st.0)
+        };
+        let timer_work = shared.dirty_pages.load(Ordering::Relaxed) > 0;
+        if (requested || timer_work) && shared.check_writable().is_ok() {
+            // A failure poisons the database; writers will see it.
+            let _ = shared.checkpoint_all();
+        }
+    }
+}
+
 /// Options for creating or opening a database.
 #[derive(Debug, Clone)]
 pub struct Builder {
@@ -100,6 +250,7 @@ pub struct Builder {
     cache_bytes: usize,
     extent_first_bytes: Option<u64>,
     extent_max_bytes: Option<u64>,
+    options: Options,
 }
 
 impl Default for Builder {
@@ -109,11 +260,65 @@ impl Default for Builder {
             cache_bytes: 128 << 20,
             extent_first_bytes: None,
             extent_max_bytes: None,
+            options: Options::default(),
         }
     }
 }
 
 impl Builder {
+    /// Default durability of write transactions (default `Immediate`).
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.options.durability = d;
+        self
+    }
+
+    /// How soon `Eventual` commits are synced (default 50 ms).
+    pub fn sync_interval(mut self, every: Duration) -> Self {
+        self.options.sync_interval = every;
+        self
+    }
+
+    /// Size of each preallocated WAL segment file (default 32 MiB).
+    pub fn wal_segment_bytes(mut self, bytes: u64) -> Self {
+        self.options.wal_segment_bytes = bytes;
+        self
+    }
+
+    /// Transactions whose WAL record would exceed this commit by a direct
+    /// checkpoint instead (default 16 MiB; capped by the segment size).
+    pub fn wal_record_max_bytes(mut self, bytes: usize) -> Self {
+        self.options.wal_record_max_bytes = bytes;
+        self
+    }
+
+    /// Checkpoint triggers: WAL bytes since the last checkpoint (default
+    /// 64 MiB), dirty bytes (default 256 MiB), and the hard dirty limit
+    /// past which writers run the checkpoint themselves (default 512 MiB).
+    pub fn checkpoint_triggers(
+        mut self,
+        wal_bytes: u64,
+        dirty_bytes: u64,
+        hard_limit_bytes: u64,
+    ) -> Self {
+        self.options.checkpoint_wal_bytes = wal_bytes;
+        self.options.checkpoint_dirty_bytes = dirty_bytes;
+        self.options.dirty_hard_limit_bytes = hard_limit_bytes.max(dirty_bytes);
+        self
+    }
+
+    /// Timer of the background checkpointer (default 30 s).
+    pub fn checkpoint_interval(mut self, every: Duration) -> Self {
+        self.options.checkpoint_interval = every;
+        self
+    }
+
+    /// Turns the background checkpoint thread off (checkpoints then run on
+    /// `checkpoint()`, past the hard dirty limit, and at close).
+    pub fn background_checkpoints(mut self, on: bool) -> Self {
+        self.options.background_checkpoints = on;
+        self
+    }
+
     /// Page size for a new file (power of two, 4 KiB to 64 KiB). Ignored
     /// when opening an existing file, which keeps its own.
     pub fn page_size(mut self, bytes: usize) -> Self {
@@ -233,18 +438,25 @@ impl Database {
         integrity::check(&self.shared)
     }
 
-    /// Makes every committed transaction part of the durable base. Every
-    /// commit is already checkpointed in this version, so this only checks
-    /// that the database is healthy.
+    /// Writes every published commit into the data file and lets the WAL
+    /// behind it be recycled (DESIGN §6). Readers and writers keep running.
     pub fn checkpoint(&self) -> Result<()> {
-        self.shared.check_writable()
+        self.shared.checkpoint_all()
     }
 
-    /// Makes every committed transaction durable (see [`Durability`]).
-    ///
-    /// [`Durability`]: crate::Durability
+    /// Makes every committed transaction durable, whatever its
+    /// [`Durability`].
     pub fn sync(&self) -> Result<()> {
-        self.shared.check_writable()
+        self.shared.check_writable()?;
+        self.shared
+            .wal()
+            .sync()
+            .inspect_err(|_| self.shared.poison())
+    }
+
+    /// Statistics of the WAL (records, bytes, syncs).
+    pub fn wal_stats(&self) -> crate::wal::WalStats {
+        self.shared.wal().stats()
     }
 
     /// Shrinking the file is not implemented yet.
@@ -262,5 +474,27 @@ impl Database {
     /// Length of the data file in bytes, as recorded by the last checkpoint.
     pub fn file_len_bytes(&self) -> u64 {
         self.shared.extents.lock().file_pages() * self.page_size() as u64
+    }
+
+    /// Closes cleanly: stops background work and checkpoints, so the next
+    /// open replays nothing. Dropping the database does the same but
+    /// cannot report an error.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        self.shared.stop_threads();
+        if self.shared.check_writable().is_err() {
+            return Err(Error::Poisoned);
+        }
+        self.shared.checkpoint_all()?;
+        self.shared.wal().sync()
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
     }
 }

@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::{Builder, Database, DbShared, SysState, SYS_EXTENT_POLICY};
+use super::recover::Replayer;
+use super::{Builder, Database, DbShared, SysState, Threads, SYS_EXTENT_POLICY};
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Location, Result};
 use crate::format::page::{PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
@@ -23,6 +24,7 @@ use crate::storage::{OpenMode, Storage, Vfs};
 use crate::txn::pages::ReadPages;
 use crate::txn::{CfShared, CfVersion};
 use crate::types::{CfId, Lsn, TableId, Version};
+use crate::wal::{self, WalOptions, FIRST_LSN};
 
 /// Name of the default column family.
 pub const DEFAULT_CF_NAME: &str = "default";
@@ -49,14 +51,45 @@ pub(super) fn open(
         std::io::ErrorKind::WouldBlock => Error::DatabaseAlreadyOpen,
         _ => Error::Io(e),
     })?;
-    match read_superblock(&*storage)? {
-        Some(sb) => open_existing(opts, storage, lock, sb),
+    let shared = match read_superblock(&*storage)? {
+        Some(sb) => open_existing(opts, storage, lock, sb)?,
         None if create => {
             vfs.sync_dir()?;
-            create_new(opts, storage, lock)
+            create_new(opts, storage, lock)?
         }
-        None => Err(Error::NotADatabase(format!("{name} holds no superblock"))),
-    }
+        None => return Err(Error::NotADatabase(format!("{name} holds no superblock"))),
+    };
+    open_wal(&shared, vfs, name)?;
+    shared.start_threads();
+    Ok(Database { shared })
+}
+
+fn wal_options(opts: &Builder) -> Result<WalOptions> {
+    let mut w = WalOptions::with_segment_bytes(opts.options.wal_segment_bytes);
+    w.max_record_bytes = w
+        .max_record_bytes
+        .min(opts.options.wal_record_max_bytes as u64);
+    Ok(w)
+}
+
+/// Opens the WAL beside the data file and replays it (DESIGN §7 step 4).
+fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()> {
+    let from = shared.sys.lock().replay_lsn.max(FIRST_LSN);
+    let opts = wal_options_for(shared);
+    let mut replayer = Replayer::new(shared.clone());
+    let (wal, _summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
+        replayer.apply(lsn, payload)
+    })?;
+    shared.wal.set(Arc::new(wal)).expect("WAL opened once");
+    replayer.finish()
+}
+
+fn wal_options_for(shared: &DbShared) -> WalOptions {
+    let mut w = WalOptions::with_segment_bytes(shared.options.wal_segment_bytes);
+    w.max_record_bytes = w
+        .max_record_bytes
+        .min(shared.options.wal_record_max_bytes as u64);
+    w
 }
 
 /// Reads both slots; the valid one with the higher generation wins.
@@ -142,19 +175,34 @@ fn new_shared(
     page_size: usize,
     extents: ExtentMap,
     sys: SysState,
-) -> Arc<DbShared> {
-    Arc::new(DbShared {
+) -> Result<Arc<DbShared>> {
+    wal_options(opts)?;
+    Ok(Arc::new(DbShared {
         pager: Pager::new(storage, page_size, opts.cache_bytes),
         extents: Mutex::new(extents),
         sys: Mutex::new(sys),
         cfs: RwLock::new(BTreeMap::new()),
         policy: user_policy(opts, page_size),
+        options: opts.options.clone(),
+        wal: OnceLock::new(),
+        dirty_pages: Arc::new(AtomicU64::new(0)),
+        last_checkpoint_lsn: AtomicU64::new(0),
+        signal: Default::default(),
+        threads: parking_lot::Mutex::new(Threads::default()),
         poisoned: AtomicBool::new(false),
         _lock: lock,
-    })
+    }))
 }
 
-fn new_cf(id: CfId, name: String, alloc: CfAllocator, desc: &CfDescriptor) -> CfShared {
+fn new_cf(
+    shared: &DbShared,
+    id: CfId,
+    name: String,
+    mut alloc: CfAllocator,
+    desc: &CfDescriptor,
+) -> CfShared {
+    alloc.set_base_version(desc.version);
+    alloc.set_dirty_counter(shared.dirty_pages.clone());
     let batch = ReclaimBatch::new(alloc.released_sink());
     let version = CfVersion {
         version: desc.version,
@@ -173,7 +221,7 @@ fn create_new(
     opts: &Builder,
     storage: Arc<dyn Storage>,
     lock: Box<dyn crate::storage::LockGuard>,
-) -> Result<Database> {
+) -> Result<Arc<DbShared>> {
     let ps = opts.page_size;
     storage.set_len(0)?;
     let sys_alloc = CfAllocator::new(CfId::SYSTEM, SYS_EXTENT_POLICY, vec![], &[])?;
@@ -184,8 +232,9 @@ fn create_new(
         alloc: Arc::new(Mutex::new(sys_alloc)),
         meta_run: None,
         next_cf: CfId(CfId::DEFAULT.0 + 1),
+        replay_lsn: FIRST_LSN,
     };
-    let shared = new_shared(opts, storage, lock, ps, ExtentMap::new(2), sys);
+    let shared = new_shared(opts, storage, lock, ps, ExtentMap::new(2), sys)?;
     let desc = CfDescriptor {
         name: DEFAULT_CF_NAME.to_string(),
         catalog_root: None,
@@ -196,13 +245,13 @@ fn create_new(
         free: vec![],
     };
     let alloc = CfAllocator::new(CfId::DEFAULT, shared.policy, vec![], &[])?;
-    let cf = new_cf(CfId::DEFAULT, desc.name.clone(), alloc, &desc);
+    let cf = new_cf(&shared, CfId::DEFAULT, desc.name.clone(), alloc, &desc);
     shared.cfs.write().insert(CfId::DEFAULT, Arc::new(cf));
     {
         let mut sys = shared.sys.lock();
-        shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, desc)])?;
+        shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, desc)], FIRST_LSN)?;
     }
-    Ok(Database { shared })
+    Ok(shared)
 }
 
 fn open_existing(
@@ -210,7 +259,7 @@ fn open_existing(
     storage: Arc<dyn Storage>,
     lock: Box<dyn crate::storage::LockGuard>,
     sb: Superblock,
-) -> Result<Database> {
+) -> Result<Arc<DbShared>> {
     let ps = sb.page_size as usize;
     let meta_page = sb.meta_page.expect("checked by Superblock::decode");
     // Read the blob before the cache exists: verified, not cached.
@@ -251,8 +300,9 @@ fn open_existing(
         alloc: Arc::new(Mutex::new(sys_alloc)),
         meta_run: Some((meta_page, sb.meta_npages)),
         next_cf: sb.next_cf,
+        replay_lsn: sb.replay_lsn,
     };
-    let shared = new_shared(opts, storage, lock, ps, extents, sys);
+    let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
     load_cfs(&shared)?;
     if !shared.cfs.read().contains_key(&CfId::DEFAULT) {
         return Err(Error::corrupted(
@@ -260,7 +310,7 @@ fn open_existing(
             "system tree",
         ));
     }
-    Ok(Database { shared })
+    Ok(shared)
 }
 
 /// Which slot holds `sb` (the other one is written next).
@@ -289,7 +339,7 @@ fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
         let id = decode_cf_key(k.as_slice())?;
         let desc = CfDescriptor::decode(v.as_slice())?;
         let alloc = CfAllocator::new(id, shared.policy, extents.extents_of(id), &desc.free)?;
-        let cf = new_cf(id, desc.name.clone(), alloc, &desc);
+        let cf = new_cf(shared, id, desc.name.clone(), alloc, &desc);
         shared.cfs.write().insert(id, Arc::new(cf));
     }
     Ok(())

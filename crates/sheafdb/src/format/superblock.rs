@@ -18,14 +18,14 @@
 //! | 52  | 4 | metadata blob payload length |
 //! | 56  | 8 | file length in pages (high-water mark of all extents) |
 //! | 64  | 8 | next column family id |
-//! | 72  | 8 | WAL epoch (salt of the WAL generation in use; 0 = no WAL) |
+//! | 72  | 8 | WAL replay start LSN (every CF's base covers the log below it) |
 //! | 80  | 428 | reserved, zero |
 //! | 508 | 4 | crc32c of bytes 0..508 |
 
 use crate::error::{Error, Location, Result};
 use crate::format::page::{read_u32, read_u64, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::FORMAT_VERSION;
-use crate::types::{CfId, PageId};
+use crate::types::{CfId, Lsn, PageId};
 
 /// Magic bytes at the start of a slot.
 pub const MAGIC: [u8; 8] = *b"SHEAFDB\0";
@@ -53,8 +53,8 @@ pub struct Superblock {
     pub file_pages: u64,
     /// Next column family id to hand out.
     pub next_cf: CfId,
-    /// WAL epoch this base belongs to.
-    pub wal_epoch: u64,
+    /// WAL position recovery replays from.
+    pub replay_lsn: Lsn,
 }
 
 fn opt_page(v: u64) -> Option<PageId> {
@@ -76,7 +76,7 @@ impl Superblock {
         b[52..56].copy_from_slice(&self.meta_len.to_le_bytes());
         b[56..64].copy_from_slice(&self.file_pages.to_le_bytes());
         b[64..72].copy_from_slice(&self.next_cf.0.to_le_bytes());
-        b[72..80].copy_from_slice(&self.wal_epoch.to_le_bytes());
+        b[72..80].copy_from_slice(&self.replay_lsn.0.to_le_bytes());
         let crc = crc32c::crc32c(&b[..508]);
         b[508..512].copy_from_slice(&crc.to_le_bytes());
         b
@@ -120,7 +120,7 @@ impl Superblock {
             meta_len: read_u32(b, 52),
             file_pages: read_u64(b, 56),
             next_cf: CfId(read_u64(b, 64)),
-            wal_epoch: read_u64(b, 72),
+            replay_lsn: Lsn(read_u64(b, 72)),
         };
         sb.check(slot)?;
         Ok(Some(sb))
@@ -165,7 +165,7 @@ mod tests {
             meta_len: 100,
             file_pages: 300,
             next_cf: CfId(5),
-            wal_epoch: 0,
+            replay_lsn: Lsn(0),
         }
     }
 

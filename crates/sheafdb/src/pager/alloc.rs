@@ -16,6 +16,7 @@
 //! extent of the CF.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -23,7 +24,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::format::records::{ExtentRecord, PageRange};
 use crate::pager::ranges::RangeSet;
-use crate::types::{CfId, PageId};
+use crate::types::{CfId, PageId, Version};
 
 /// Growth policy of extents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,19 +227,52 @@ impl Drop for ReclaimBatch {
     }
 }
 
+/// State of a run freed by a commit but not yet reusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FreedState {
+    /// A snapshot of an older version may still read it.
+    Pinned,
+    /// No snapshot needs it, but the durable base still references it:
+    /// reusable after a checkpoint of a version ≥ `freed_at`.
+    AwaitCheckpoint,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Freed {
+    npages: u32,
+    allocated_at: Version,
+    freed_at: Version,
+    state: FreedState,
+}
+
 /// The allocator of one CF (or of the system).
+///
+/// Every page of the CF's extents is in exactly one of: `free`
+/// (allocatable), `uncommitted` (held by the write transaction in flight),
+/// `recent` (committed after the durable base, live), `freed` (freed by a
+/// commit, waiting for snapshots or a checkpoint), or the durable base
+/// (everything else, allocated at version 0 as far as we know).
 #[derive(Debug)]
 pub struct CfAllocator {
     cf: CfId,
     policy: ExtentPolicy,
     extents: Vec<PageRange>,
     free: RangeSet,
-    pending: RangeSet,
+    uncommitted: RangeSet,
+    recent: BTreeMap<u64, (u32, Version)>,
+    freed: BTreeMap<u64, Freed>,
+    base_version: Version,
     released: ReleasedPages,
+    /// Runs that became free since the last `take_forgettable`: their
+    /// cached copies (possibly never written) can be dropped.
+    forgettable: Vec<PageId>,
+    /// Shared count of pages in `recent` over all CFs (checkpoint trigger).
+    dirty_counter: Arc<AtomicU64>,
 }
 
 impl CfAllocator {
-    /// A fresh allocator owning `extents` with `free` pages free.
+    /// An allocator owning `extents` with `free` pages free, whose durable
+    /// base is at `base_version`.
     pub fn new(
         cf: CfId,
         policy: ExtentPolicy,
@@ -270,9 +304,27 @@ impl CfAllocator {
             policy,
             extents,
             free: set,
-            pending: RangeSet::new(),
+            uncommitted: RangeSet::new(),
+            recent: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            base_version: Version(0),
             released: Arc::new(Mutex::new(Vec::new())),
+            forgettable: Vec::new(),
+            dirty_counter: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Counts this CF's dirty pages into `counter` (shared by all CFs).
+    pub fn set_dirty_counter(&mut self, counter: Arc<AtomicU64>) {
+        let mine = self.dirty_pages();
+        self.dirty_counter.fetch_sub(mine, Ordering::Relaxed);
+        counter.fetch_add(mine, Ordering::Relaxed);
+        self.dirty_counter = counter;
+    }
+
+    /// Sets the version of the durable base (at open).
+    pub fn set_base_version(&mut self, v: Version) {
+        self.base_version = v;
     }
 
     /// Where reclaim batches of this CF release pages.
@@ -290,36 +342,142 @@ impl CfAllocator {
         &self.free
     }
 
-    /// Pages freed but still possibly read by a snapshot.
-    pub fn pending_set(&self) -> &RangeSet {
-        &self.pending
-    }
-
-    /// Free space as persisted at a checkpoint of the latest version:
-    /// free and pending pages (no snapshot survives a restart).
-    pub fn durable_free(&self) -> RangeSet {
-        let mut s = self.free.clone();
-        let ok = s.insert_all(&self.pending);
-        assert!(ok, "free and pending pages overlap in cf {}", self.cf);
+    /// Pages freed by commits and not yet reusable.
+    pub fn pending_set(&self) -> RangeSet {
+        let mut s = RangeSet::new();
+        for (&p, f) in &self.freed {
+            s.insert(p, f.npages as u64);
+        }
         s
     }
 
-    /// Moves pages released by dropped snapshots from pending to free.
-    pub fn drain_released(&mut self) {
-        let released = std::mem::take(&mut *self.released.lock());
-        for (p, n) in released {
-            let moved = self.pending.remove(p.0, n as u64) && self.free.insert(p.0, n as u64);
-            assert!(
-                moved,
-                "released run {p}+{n} was not pending in cf {}",
-                self.cf
-            );
-        }
+    /// Bytes of pages committed since the durable base and still live:
+    /// what the next checkpoint has to write at most.
+    pub fn dirty_pages(&self) -> u64 {
+        self.recent.values().map(|&(n, _)| n as u64).sum()
     }
 
-    /// Allocates `npages` contiguous pages, claiming a new extent from `map`
-    /// if no free run fits.
+    /// Runs committed after the durable base at versions ≤ `upto`: the
+    /// candidates a checkpoint of `upto` may have to write.
+    pub fn dirty_runs(&self, upto: Version) -> std::collections::HashMap<PageId, u32> {
+        self.recent
+            .iter()
+            .filter(|(_, &(_, a))| a <= upto)
+            .map(|(&p, &(n, _))| (PageId(p), n))
+            .collect()
+    }
+
+    /// Free space of the CF as of version `at` (≥ the durable base, ≤ the
+    /// latest commit): every page not live at `at`. A page is live at `at`
+    /// iff it was allocated at or before `at` and not freed at or before it.
+    pub fn free_at(&self, at: Version) -> RangeSet {
+        let mut s = self.free.clone();
+        let mut add = |p: u64, n: u32| {
+            let ok = s.insert(p, n as u64);
+            assert!(ok, "page {p} in two allocator states of cf {}", self.cf);
+        };
+        for r in self.uncommitted.iter() {
+            add(r.start.0, r.pages as u32);
+        }
+        for (&p, &(n, a)) in &self.recent {
+            if a > at {
+                add(p, n);
+            }
+        }
+        for (&p, f) in &self.freed {
+            if f.freed_at <= at || f.allocated_at > at {
+                add(p, f.npages);
+            }
+        }
+        s
+    }
+
+    /// Free space as persisted by a checkpoint of the latest version.
+    pub fn durable_free(&self) -> RangeSet {
+        self.free_at(Version(u64::MAX))
+    }
+
+    /// Moves runs released by dropped snapshots to `free` (or to waiting
+    /// for a checkpoint if the durable base still uses them). Returns the
+    /// runs that became free.
+    pub fn drain_released(&mut self) -> Vec<(PageId, u32)> {
+        let released = std::mem::take(&mut *self.released.lock());
+        let mut now_free = Vec::new();
+        for (p, n) in released {
+            let f = self
+                .freed
+                .get_mut(&p.0)
+                .unwrap_or_else(|| panic!("released run {p} was not freed in cf {}", self.cf));
+            assert_eq!(f.npages, n, "released run {p} changed length");
+            debug_assert_eq!(f.state, FreedState::Pinned);
+            let in_base = f.allocated_at <= self.base_version && f.freed_at > self.base_version;
+            if in_base {
+                f.state = FreedState::AwaitCheckpoint;
+            } else {
+                self.freed.remove(&p.0);
+                let ok = self.free.insert(p.0, n as u64);
+                assert!(ok, "released run {p} was already free in cf {}", self.cf);
+                now_free.push((p, n));
+                self.forgettable.push(p);
+            }
+        }
+        now_free
+    }
+
+    /// Runs that became free since the last call; the caller drops their
+    /// cached copies.
+    pub fn take_forgettable(&mut self) -> Vec<PageId> {
+        std::mem::take(&mut self.forgettable)
+    }
+
+    /// Records that a checkpoint of version `at` is durable: it is the new
+    /// base. Returns the runs that became free.
+    pub fn checkpoint_done(&mut self, at: Version) -> Vec<(PageId, u32)> {
+        assert!(
+            at >= self.base_version,
+            "checkpoint went back in time in cf {}",
+            self.cf
+        );
+        self.base_version = at;
+        let mut written = 0u64;
+        self.recent.retain(|_, &mut (n, a)| {
+            if a <= at {
+                written += n as u64;
+            }
+            a > at
+        });
+        self.dirty_counter.fetch_sub(written, Ordering::Relaxed);
+        let ready: Vec<u64> = self
+            .freed
+            .iter()
+            .filter(|(_, f)| f.state == FreedState::AwaitCheckpoint && f.freed_at <= at)
+            .map(|(&p, _)| p)
+            .collect();
+        let mut now_free = Vec::new();
+        for p in ready {
+            let f = self.freed.remove(&p).expect("listed");
+            let ok = self.free.insert(p, f.npages as u64);
+            assert!(ok, "run {p} freed twice in cf {}", self.cf);
+            now_free.push((PageId(p), f.npages));
+            self.forgettable.push(PageId(p));
+        }
+        now_free
+    }
+
+    /// Allocates `npages` contiguous pages for the write transaction in
+    /// flight, claiming a new extent from `map` if no free run fits.
     pub fn alloc(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> PageId {
+        let id = self.take(npages, map);
+        let ok = self.uncommitted.insert(id.0, npages as u64);
+        assert!(
+            ok,
+            "allocated run {id} was already in use in cf {}",
+            self.cf
+        );
+        id
+    }
+
+    fn take(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> PageId {
         let n = npages as u64;
         if let Some(s) = self.free.take(n) {
             return PageId(s);
@@ -343,21 +501,60 @@ impl CfAllocator {
         }
     }
 
-    /// Returns a run that was never visible to any snapshot.
+    /// Returns a run of the transaction in flight that no snapshot saw.
     pub fn free_now(&mut self, id: PageId, npages: u32) {
-        let ok = self.free.insert(id.0, npages as u64);
-        assert!(ok, "double free of {id}+{npages} in cf {}", self.cf);
-    }
-
-    /// Records a run freed by a commit; reusable after its batch is released.
-    pub fn free_pending(&mut self, id: PageId, npages: u32) {
         let ok =
-            !self.free.intersects(id.0, npages as u64) && self.pending.insert(id.0, npages as u64);
+            self.uncommitted.remove(id.0, npages as u64) && self.free.insert(id.0, npages as u64);
         assert!(
             ok,
-            "double free of committed {id}+{npages} in cf {}",
+            "double free of uncommitted {id}+{npages} in cf {}",
             self.cf
         );
+    }
+
+    /// Records a commit at `version`: `allocated` runs become live,
+    /// `freed` committed runs start waiting for snapshots.
+    pub fn commit(
+        &mut self,
+        version: Version,
+        allocated: &[(PageId, u32)],
+        freed: &[(PageId, u32)],
+    ) {
+        for &(p, n) in allocated {
+            let ok = self.uncommitted.remove(p.0, n as u64);
+            assert!(ok, "committed run {p} was not allocated in cf {}", self.cf);
+            self.recent.insert(p.0, (n, version));
+            self.dirty_counter.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        for &(p, n) in freed {
+            let allocated_at = match self.recent.remove(&p.0) {
+                Some((rn, a)) => {
+                    assert_eq!(rn, n, "run {p} freed with another length");
+                    self.dirty_counter.fetch_sub(n as u64, Ordering::Relaxed);
+                    a
+                }
+                None => Version(0),
+            };
+            let f = Freed {
+                npages: n,
+                allocated_at,
+                freed_at: version,
+                state: FreedState::Pinned,
+            };
+            let fresh = self.freed.insert(p.0, f).is_none() && !self.free.intersects(p.0, n as u64);
+            assert!(fresh, "double free of committed {p}+{n} in cf {}", self.cf);
+        }
+    }
+
+    /// Frees a run of the system's previous base right after a checkpoint
+    /// made a new base without it (no snapshot ever reads system pages).
+    pub fn release_system_run(&mut self, id: PageId, npages: u32) {
+        debug_assert_eq!(self.cf, CfId::SYSTEM);
+        let n = npages as u64;
+        let ok = !self.uncommitted.intersects(id.0, n)
+            && !self.recent.contains_key(&id.0)
+            && self.free.insert(id.0, n);
+        assert!(ok, "system run {id}+{npages} released while in use");
     }
 
     /// True if the run at `id` lies inside this CF's extents (a run may
@@ -408,7 +605,8 @@ mod tests {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
         let p = a.alloc(1, &map);
-        a.free_pending(p, 1);
+        a.commit(Version(1), &[(p, 1)], &[]);
+        a.commit(Version(2), &[], &[(p, 1)]);
         let b0 = ReclaimBatch::new(a.released_sink());
         let b1 = ReclaimBatch::new(a.released_sink());
         b0.seal(vec![(p, 1)], b1.clone());
@@ -419,8 +617,39 @@ mod tests {
         }
         drop(reader);
         a.drain_released();
-        assert!(a.free_set().contains_all(p.0, 1));
+        assert!(
+            a.free_set().contains_all(p.0, 1),
+            "page never in a durable base is free at once"
+        );
         drop(b1);
+    }
+
+    #[test]
+    fn a_page_of_the_durable_base_waits_for_a_checkpoint() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        let p = a.alloc(1, &map);
+        a.commit(Version(1), &[(p, 1)], &[]);
+        assert!(!a.free_at(Version(1)).contains_all(p.0, 1));
+        assert!(
+            a.free_at(Version(0)).contains_all(p.0, 1),
+            "not yet allocated at v0"
+        );
+        a.checkpoint_done(Version(1));
+        a.commit(Version(2), &[], &[(p, 1)]);
+        assert!(!a.free_at(Version(1)).contains_all(p.0, 1), "live at v1");
+        assert!(a.free_at(Version(2)).contains_all(p.0, 1), "freed at v2");
+        let b1 = ReclaimBatch::new(a.released_sink());
+        b1.seal(vec![(p, 1)], ReclaimBatch::new(a.released_sink()));
+        drop(b1);
+        a.drain_released();
+        assert!(
+            !a.free_set().contains_all(p.0, 1),
+            "reused while the base still uses it"
+        );
+        a.checkpoint_done(Version(2));
+        assert!(a.free_set().contains_all(p.0, 1));
+        assert_eq!(a.take_forgettable(), vec![p]);
     }
 
     #[test]

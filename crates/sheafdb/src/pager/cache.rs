@@ -5,10 +5,14 @@
 //! takes one shard's read lock and sets a reference bit. Eviction is a
 //! second-chance sweep of the shard that went over its budget.
 //!
-//! Invariant: an entry for page P holds exactly the bytes the data file
-//! holds for P in every version a live snapshot can reach. The pager keeps
-//! this by replacing an entry when P is rewritten and removing it when P is
-//! reallocated.
+//! It also holds *dirty* runs: committed but not yet written by a
+//! checkpoint. Those are the only copy of their bytes, so they are never
+//! evicted and never count against the budget; a checkpoint re-inserts
+//! them as clean after writing them.
+//!
+//! Invariant: an entry for page P holds exactly the bytes every live
+//! snapshot that reaches P expects. The pager keeps this by replacing an
+//! entry when P is rewritten and removing it when P is reallocated.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,12 +27,41 @@ const SHARDS: usize = 64;
 struct Entry {
     page: PageRef,
     referenced: AtomicBool,
+    dirty: bool,
 }
 
+/// `bytes` counts clean entries only; dirty ones are not evictable.
 #[derive(Default)]
 struct Shard {
     map: HashMap<PageId, Entry>,
     bytes: usize,
+}
+
+impl Shard {
+    fn put(&mut self, id: PageId, page: PageRef, dirty: bool) {
+        let len = page.len();
+        let entry = Entry {
+            page,
+            referenced: AtomicBool::new(false),
+            dirty,
+        };
+        if let Some(old) = self.map.insert(id, entry) {
+            if !old.dirty {
+                self.bytes -= old.page.len();
+            }
+        }
+        if !dirty {
+            self.bytes += len;
+        }
+    }
+
+    fn take(&mut self, id: PageId) {
+        if let Some(old) = self.map.remove(&id) {
+            if !old.dirty {
+                self.bytes -= old.page.len();
+            }
+        }
+    }
 }
 
 /// Sharded clean-page cache.
@@ -82,34 +115,29 @@ impl PageCache {
         }
     }
 
-    /// Inserts or replaces the run at `id`. Runs larger than a quarter of a
-    /// shard's budget are not cached.
+    /// Inserts or replaces the clean run at `id`. Runs larger than a
+    /// quarter of a shard's budget are not cached.
     pub fn insert(&self, id: PageId, page: PageRef) {
-        let len = page.len();
-        if len > self.shard_budget / 4 {
-            self.remove(id);
+        let mut shard = self.shard(id).write();
+        if page.len() > self.shard_budget / 4 {
+            shard.take(id);
             return;
         }
-        let mut shard = self.shard(id).write();
-        let entry = Entry {
-            page,
-            referenced: AtomicBool::new(false),
-        };
-        if let Some(old) = shard.map.insert(id, entry) {
-            shard.bytes -= old.page.len();
-        }
-        shard.bytes += len;
+        shard.put(id, page, false);
         if shard.bytes > self.shard_budget {
             Self::evict(&mut shard, self.shard_budget * 7 / 8);
         }
     }
 
-    /// Drops the run at `id` if cached.
+    /// Inserts a dirty run: kept until a checkpoint writes it or the run is
+    /// reallocated.
+    pub fn insert_dirty(&self, id: PageId, page: PageRef) {
+        self.shard(id).write().put(id, page, true);
+    }
+
+    /// Drops the run at `id` if cached (dirty or clean).
     pub fn remove(&self, id: PageId) {
-        let mut shard = self.shard(id).write();
-        if let Some(old) = shard.map.remove(&id) {
-            shard.bytes -= old.page.len();
-        }
+        self.shard(id).write().take(id);
     }
 
     fn evict(shard: &mut Shard, target: usize) {
@@ -120,16 +148,14 @@ impl PageCache {
                 if shard.bytes - freed <= target {
                     break;
                 }
-                if e.referenced.swap(false, Ordering::Relaxed) {
+                if e.dirty || e.referenced.swap(false, Ordering::Relaxed) {
                     continue;
                 }
                 freed += e.page.len();
                 victims.push(*id);
             }
             for id in victims {
-                if let Some(e) = shard.map.remove(&id) {
-                    shard.bytes -= e.page.len();
-                }
+                shard.take(id);
             }
             if shard.bytes <= target {
                 return;
@@ -145,7 +171,7 @@ impl PageCache {
         )
     }
 
-    /// Bytes held.
+    /// Bytes of clean runs held.
     pub fn bytes(&self) -> usize {
         self.shards.iter().map(|s| s.read().bytes).sum()
     }
@@ -171,6 +197,23 @@ mod tests {
             cache.get(hot).is_some(),
             "a page read all the time was evicted"
         );
+    }
+
+    #[test]
+    fn dirty_runs_are_never_evicted() {
+        let cache = PageCache::new(64 * 64 * 1024);
+        for i in 0..100u64 {
+            cache.insert_dirty(PageId(i), Arc::new(PageBuf::zeroed(4096)));
+        }
+        for i in 0..20_000u64 {
+            cache.insert(PageId(1000 + i), Arc::new(PageBuf::zeroed(4096)));
+        }
+        for i in 0..100u64 {
+            assert!(cache.get(PageId(i)).is_some(), "dirty page {i} evicted");
+        }
+        // A huge dirty run is kept too.
+        cache.insert_dirty(PageId(50_000), Arc::new(PageBuf::zeroed(8 << 20)));
+        assert!(cache.get(PageId(50_000)).is_some());
     }
 
     #[test]

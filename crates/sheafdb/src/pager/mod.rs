@@ -147,6 +147,20 @@ impl Pager {
         Ok(())
     }
 
+    /// Keeps committed runs that no checkpoint has written yet in memory,
+    /// where readers find them before the file.
+    pub fn install_dirty(&self, runs: &[(PageId, PageRef)]) {
+        for (id, p) in runs {
+            debug_assert_eq!(p.page_id(), *id);
+            self.cache.insert_dirty(*id, p.clone());
+        }
+    }
+
+    /// A cached run, dirty or clean, without touching the file.
+    pub fn cached(&self, id: PageId) -> Option<PageRef> {
+        self.cache.get(id)
+    }
+
     /// Forgets any cached run starting at `id` (the pages were reallocated).
     pub fn forget(&self, id: PageId) {
         self.cache.remove(id);

@@ -19,7 +19,9 @@ use crate::btree::{self, Bytes, Cursor, TreeRoot};
 use crate::error::{Error, Result};
 use crate::table::types::{Key, Value};
 use crate::txn::pages::ReadPages;
-use crate::txn::{CfVersion, WriteTransaction};
+use crate::txn::{CfVersion, WriteState, WriteTransaction};
+use crate::types::TableId;
+use crate::wal::record::Op;
 
 #[derive(Debug)]
 enum Stored {
@@ -288,6 +290,15 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     }
 }
 
+fn log_popped(st: &mut WriteState, table: TableId, popped: &Option<(Bytes, Bytes)>) {
+    if let Some((k, _)) = popped {
+        st.log(&Op::Delete {
+            table,
+            key: k.as_slice(),
+        });
+    }
+}
+
 /// A table open in a write transaction. Reads see the transaction's own
 /// writes.
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
@@ -317,21 +328,26 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         }
     }
 
-    /// Runs `f` on the tree of this table, storing the new root.
+    /// Runs `f` on the tree of this table, stores the new root, then lets
+    /// `log` record the logical operation for the WAL.
     fn with_tree<R>(
         &self,
         f: impl FnOnce(&mut crate::txn::pages::TxnPages, &mut TreeRoot) -> Result<R>,
+        log: impl FnOnce(&mut WriteState, TableId, &R),
     ) -> Result<R> {
-        let mut st = self.txn.state();
-        let st = &mut *st;
+        let mut guard = self.txn.state();
+        let st = &mut *guard;
         let table = st
             .tables
             .get_mut(&self.name)
             .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
+        let id = table.meta.id;
         let mut root = table.root();
         let r = f(&mut st.pages, &mut root);
         table.set_root(root);
-        r
+        let r = r?;
+        log(st, id, &r);
+        Ok(r)
     }
 
     fn root(&self) -> Result<TreeRoot> {
@@ -354,7 +370,16 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     {
         let k = encode_key::<K>(key.borrow());
         let v = encode_value::<V>(value.borrow());
-        let old = self.with_tree(|pages, root| btree::insert(pages, root, &k, &v))?;
+        let old = self.with_tree(
+            |pages, root| btree::insert(pages, root, &k, &v),
+            |st, table, _| {
+                st.log(&Op::Put {
+                    table,
+                    key: &k,
+                    value: &v,
+                })
+            },
+        )?;
         opt_value(old)
     }
 
@@ -367,7 +392,14 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         K: 'k,
     {
         let k = encode_key::<K>(key.borrow());
-        let old = self.with_tree(|pages, root| btree::remove(pages, root, &k))?;
+        let old = self.with_tree(
+            |pages, root| btree::remove(pages, root, &k),
+            |st, table, old| {
+                if old.is_some() {
+                    st.log(&Op::Delete { table, key: &k })
+                }
+            },
+        )?;
         opt_value(old)
     }
 
@@ -422,37 +454,24 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// Removes and returns the entry with the smallest key.
     pub fn pop_first(&mut self) -> Result<Option<Entry<K, V>>> {
-        let popped = self.with_tree(btree::pop_first)?;
+        let popped = self.with_tree(btree::pop_first, log_popped)?;
         popped.map(|(k, v)| entry(k, v)).transpose()
     }
 
     /// Removes and returns the entry with the largest key.
     pub fn pop_last(&mut self) -> Result<Option<Entry<K, V>>> {
-        let popped = self.with_tree(btree::pop_last)?;
+        let popped = self.with_tree(btree::pop_last, log_popped)?;
         popped.map(|(k, v)| entry(k, v)).transpose()
     }
 
-    /// Keeps only the entries for which `f` returns true.
+    /// Keeps only the entries for which `f` returns true. Returns how many
+    /// were removed.
     pub fn retain(
         &mut self,
         mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
     ) -> Result<u64> {
-        let mut failure = None;
-        let removed = self.with_tree(|pages, root| {
-            btree::retain(pages, root, |k, v| {
-                match (K::decode_key(k), V::decode_value(v)) {
-                    (Ok(k), Ok(v)) => f(k, v),
-                    (Err(e), _) | (_, Err(e)) => {
-                        failure.get_or_insert(e);
-                        true
-                    }
-                }
-            })
-        })?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(removed),
-        }
+        let removed = self.extract_if(|k, v| !f(k, v))?;
+        Ok(removed.len() as u64)
     }
 
     /// Removes the entries for which `f` returns true and returns them.
@@ -461,17 +480,24 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
     ) -> Result<Vec<Entry<K, V>>> {
         let mut failure = None;
-        let removed = self.with_tree(|pages, root| {
-            btree::drain_filter(pages, root, |k, v| {
-                match (K::decode_key(k), V::decode_value(v)) {
-                    (Ok(k), Ok(v)) => f(k, v),
-                    (Err(e), _) | (_, Err(e)) => {
-                        failure.get_or_insert(e);
-                        false
+        let removed = self.with_tree(
+            |pages, root| {
+                btree::drain_filter(pages, root, |k, v| {
+                    match (K::decode_key(k), V::decode_value(v)) {
+                        (Ok(k), Ok(v)) => f(k, v),
+                        (Err(e), _) | (_, Err(e)) => {
+                            failure.get_or_insert(e);
+                            false
+                        }
                     }
+                })
+            },
+            |st, table, removed| {
+                for (key, _) in removed {
+                    st.log(&Op::Delete { table, key });
                 }
-            })
-        })?;
+            },
+        )?;
         if let Some(e) = failure {
             return Err(e);
         }

@@ -5,11 +5,15 @@
 //! [`WriteTransaction`].
 //!
 //! Invariants:
-//! - one write transaction per CF at a time (its writer lock);
+//! - one write transaction per CF at a time (its writer lock); it starts
+//!   from the CF's `head` (latest *committed* version), which may be ahead
+//!   of the published one because the lock is released right after the WAL
+//!   append (early lock release, DESIGN §4.3b);
 //! - `begin_read` only loads the published version (`ArcSwap`), taking no
 //!   lock a writer holds;
-//! - versions of a CF are published in increasing order, each after it is
-//!   as durable as its mode promises (DESIGN §4.3d);
+//! - versions of a CF are published in commit (= LSN) order, each once it
+//!   is as durable as its mode promises and every earlier one is published
+//!   ([`PublishQueue`], DESIGN §4.3d);
 //! - a snapshot holds its version's [`ReclaimBatch`], so no page it can
 //!   reach is reused while it lives (DESIGN §5).
 
@@ -29,6 +33,7 @@ use crate::pager::alloc::{CfAllocator, ReclaimBatch};
 use crate::table::types::{Key, TableDefinition, Value};
 use crate::table::{ReadOnlyTable, Table};
 use crate::types::{CfId, Lsn, TableId, Version};
+use crate::wal::record::{CommitEncoder, Op};
 
 use pages::{ReadPages, TxnPages};
 
@@ -54,12 +59,36 @@ pub(crate) struct CfVersion {
     pub version: Version,
     pub catalog: TreeRoot,
     pub next_table: TableId,
-    /// Last WAL record included (0 until the WAL is in use).
-    #[allow(dead_code)]
+    /// End of the last WAL record included: replay of this CF resumes at
+    /// records starting at or after it.
     pub lsn: Lsn,
     /// Pages freed by the commit after this version; released when every
     /// snapshot of this or an older version is gone.
     pub batch: Arc<ReclaimBatch>,
+}
+
+/// The writer side of a CF, behind its writer lock.
+#[derive(Debug)]
+pub(crate) struct WriterSlot {
+    /// Latest committed version: where the next write transaction starts.
+    pub head: Arc<CfVersion>,
+}
+
+/// Where a committed version is on its way to readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PublishState {
+    /// Its committer is waiting for the durability its mode promises.
+    Waiting,
+    /// Durable enough; publishable once every earlier version is.
+    Ready,
+    /// Its WAL write or sync failed: nothing after it is ever published.
+    Failed,
+}
+
+/// Committed versions of one CF not yet visible to readers, in commit order.
+#[derive(Debug, Default)]
+pub(crate) struct PublishQueue {
+    entries: std::collections::VecDeque<(Arc<CfVersion>, PublishState)>,
 }
 
 /// Shared state of one column family.
@@ -67,21 +96,93 @@ pub(crate) struct CfVersion {
 pub(crate) struct CfShared {
     pub id: CfId,
     pub name: String,
-    pub writer: Arc<Mutex<()>>,
+    pub writer: Arc<Mutex<WriterSlot>>,
     pub current: ArcSwap<CfVersion>,
     pub alloc: Arc<Mutex<CfAllocator>>,
+    publish: Mutex<PublishQueue>,
+    published: parking_lot::Condvar,
+    /// (version, lsn) of the durable base of this CF.
+    pub base: Mutex<(Version, Lsn)>,
 }
 
 impl CfShared {
-    /// A CF whose latest state is `version`.
+    /// A CF whose latest state is `version`, also its durable base.
     pub fn new(id: CfId, name: String, alloc: CfAllocator, version: CfVersion) -> CfShared {
+        let version = Arc::new(version);
         CfShared {
             id,
             name,
-            writer: Arc::new(Mutex::new(())),
-            current: ArcSwap::from_pointee(version),
+            base: Mutex::new((version.version, version.lsn)),
+            writer: Arc::new(Mutex::new(WriterSlot {
+                head: version.clone(),
+            })),
+            current: ArcSwap::new(version),
             alloc: Arc::new(Mutex::new(alloc)),
+            publish: Mutex::new(PublishQueue::default()),
+            published: parking_lot::Condvar::new(),
         }
+    }
+
+    /// Queues `v` for publication; called under the writer lock, so queue
+    /// order is commit order.
+    pub fn enqueue(&self, v: Arc<CfVersion>) {
+        let mut q = self.publish.lock();
+        debug_assert!(q
+            .entries
+            .back()
+            .is_none_or(|(last, _)| last.version < v.version));
+        q.entries.push_back((v, PublishState::Waiting));
+    }
+
+    /// Records whether `version` became as durable as its mode promises,
+    /// publishes every ready version at the front of the queue, then waits
+    /// until `version` itself is published. `Err(Poisoned)` if it or a
+    /// version before it failed.
+    pub fn publish(&self, version: Version, durable: Result<()>) -> Result<()> {
+        let mut q = self.publish.lock();
+        let state = if durable.is_ok() {
+            PublishState::Ready
+        } else {
+            PublishState::Failed
+        };
+        if let Some(e) = q.entries.iter_mut().find(|(v, _)| v.version == version) {
+            e.1 = state;
+        }
+        durable?;
+        let mut newest = None;
+        while q
+            .entries
+            .front()
+            .is_some_and(|(_, s)| *s == PublishState::Ready)
+        {
+            newest = q.entries.pop_front().map(|(v, _)| v);
+        }
+        if let Some(v) = newest {
+            debug_assert!(
+                v.version > self.current.load().version,
+                "publication went backwards"
+            );
+            self.current.store(v);
+            self.published.notify_all();
+        }
+        loop {
+            if self.current.load().version >= version {
+                return Ok(());
+            }
+            if q.entries
+                .front()
+                .is_some_and(|(_, s)| *s == PublishState::Failed)
+            {
+                return Err(Error::Poisoned);
+            }
+            self.published
+                .wait_for(&mut q, std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// True if no committed version waits for publication.
+    pub fn all_published(&self) -> bool {
+        self.publish.lock().entries.is_empty()
     }
 }
 
@@ -209,6 +310,7 @@ impl TableState {
 /// can be open at once.
 #[derive(Debug)]
 pub(crate) struct WriteState {
+    pub cf: CfId,
     pub pages: TxnPages,
     pub base: Arc<CfVersion>,
     pub catalog: TreeRoot,
@@ -216,11 +318,26 @@ pub(crate) struct WriteState {
     pub tables: HashMap<String, TableState>,
     pub open: HashSet<String>,
     pub catalog_changed: bool,
+    /// The logical operations so far, for the WAL record; `None` once the
+    /// transaction outgrew `log_max_bytes` and will commit by a direct
+    /// checkpoint instead.
+    pub log: Option<CommitEncoder>,
+    pub log_max_bytes: usize,
 }
 
 impl WriteState {
+    /// Records a logical operation for the WAL record.
+    pub fn log(&mut self, op: &Op<'_>) {
+        if let Some(enc) = &mut self.log {
+            enc.push_for(self.cf, op);
+            if enc.len_bytes() > self.log_max_bytes {
+                self.log = None;
+            }
+        }
+    }
+
     /// Writes the metadata of every changed table into the catalog.
-    fn flush_tables(&mut self) -> Result<()> {
+    pub fn flush_tables(&mut self) -> Result<()> {
         let mut dirty: Vec<(&String, &mut TableState)> =
             self.tables.iter_mut().filter(|(_, t)| t.dirty).collect();
         dirty.sort_by(|a, b| a.0.cmp(b.0));
@@ -252,8 +369,11 @@ pub struct WriteTransaction {
     state: Mutex<WriteState>,
     durability: Durability,
     finished: bool,
-    _lock: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+    lock: Option<WriterGuard>,
 }
+
+/// The held writer lock of a CF.
+pub(crate) type WriterGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>;
 
 impl std::fmt::Debug for WriteTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -268,10 +388,13 @@ impl WriteTransaction {
     /// Waits for the CF's writer lock and starts from its latest version.
     pub(crate) fn begin(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<WriteTransaction> {
         shared.check_writable()?;
+        shared.stall_if_dirty()?;
         let lock = cf.writer.lock_arc();
-        let base = cf.current.load_full();
+        shared.check_writable()?;
+        let base = lock.head.clone();
         let pages = TxnPages::new(shared.clone(), cf.id, cf.alloc.clone());
         let state = WriteState {
+            cf: cf.id,
             pages,
             catalog: base.catalog,
             next_table: base.next_table,
@@ -279,14 +402,16 @@ impl WriteTransaction {
             tables: HashMap::new(),
             open: HashSet::new(),
             catalog_changed: false,
+            log: Some(CommitEncoder::new()),
+            log_max_bytes: shared.options.wal_record_max_bytes,
         };
         Ok(WriteTransaction {
-            shared,
+            shared: shared.clone(),
             cf,
             state: Mutex::new(state),
-            durability: Durability::default(),
+            durability: shared.options.durability,
             finished: false,
-            _lock: lock,
+            lock: Some(lock),
         })
     }
 
@@ -341,6 +466,12 @@ impl WriteTransaction {
         let WriteState { pages, catalog, .. } = &mut *st;
         btree::insert(pages, catalog, name.as_bytes(), &meta.encode())?;
         st.catalog_changed = true;
+        st.log(&Op::CreateTable {
+            table: meta.id,
+            name,
+            key_type: &meta.key_type,
+            value_type: &meta.value_type,
+        });
         Ok(meta)
     }
 
@@ -368,6 +499,7 @@ impl WriteTransaction {
         btree::remove(pages, catalog, name.as_bytes())?;
         st.tables.remove(name);
         st.catalog_changed = true;
+        st.log(&Op::DropTable { table: meta.id });
         Ok(true)
     }
 
@@ -391,6 +523,10 @@ impl WriteTransaction {
         btree::remove(pages, catalog, from.as_bytes())?;
         btree::insert(pages, catalog, to.as_bytes(), &meta.encode())?;
         st.catalog_changed = true;
+        st.log(&Op::RenameTable {
+            table: meta.id,
+            new_name: to,
+        });
         Ok(())
     }
 
@@ -404,6 +540,7 @@ impl WriteTransaction {
     /// and visible to new snapshots, including this thread's.
     pub fn commit(mut self) -> Result<()> {
         self.finished = true;
+        let lock = self.lock.take().expect("writer lock held until commit");
         let mut st = self.state.lock();
         if !st.open.is_empty() {
             return Err(Error::InvalidArgument(format!(
@@ -415,7 +552,7 @@ impl WriteTransaction {
         if !st.catalog_changed && !st.pages.is_dirty() {
             return Ok(());
         }
-        let result = self.shared.commit_cf(&self.cf, &mut st, self.durability);
+        let result = self.shared.commit(&self.cf, &mut st, lock, self.durability);
         if result.is_err() {
             st.pages.rollback();
         }

@@ -42,6 +42,8 @@ pub fn builder() -> Builder {
         .page_size(4096)
         .cache_size_bytes(4 << 20)
         .extent_sizes(16 * 4096, 256 * 4096)
+        .wal_segment_bytes(256 * 1024)
+        .wal_record_max_bytes(64 * 1024)
 }
 
 /// Opens (creating) `name` on a simulated disk.

@@ -1,0 +1,140 @@
+//! The commit path (DESIGN §4).
+//!
+//! A logged commit: (a) append the transaction's logical record to the WAL
+//! (one short critical section, assigns the LSN); make the new version the
+//! CF's head, hand its pages to the allocator as committed and keep them in
+//! memory as dirty; queue it for publication — all under the CF's writer
+//! lock, so queue order is LSN order; (b) release the writer lock (early
+//! lock release); (c) wait as the durability mode says (group commit for
+//! `Immediate`); (d) publish in LSN order and return.
+//!
+//! A transaction whose record would exceed `wal_record_max_bytes` (or a
+//! WAL segment) commits by a *direct checkpoint* of its CF instead: it
+//! keeps the writer lock, waits until every earlier version of the CF is
+//! published, writes the CF's dirty pages and a new superblock, then
+//! publishes. Either way the effect is atomic.
+//!
+//! Any failed WAL write or sync poisons the database (DESIGN §4.1).
+
+use std::sync::Arc;
+
+use super::DbShared;
+use crate::error::Result;
+use crate::pager::alloc::ReclaimBatch;
+use crate::txn::{CfShared, CfVersion, Durability, WriteState, WriterGuard, WriterSlot};
+use crate::types::{Lsn, PageId, Version};
+
+impl DbShared {
+    /// Commits `st` (the transaction's state) on `cf`.
+    pub(crate) fn commit(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        st: &mut WriteState,
+        lock: WriterGuard,
+        durability: Durability,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let version = st.base.version.next();
+        let payload = st.log.take().map(|enc| enc.finish());
+        let result = match payload {
+            Some(p) if (p.len() as u64) <= self.wal().options().max_record_bytes => {
+                self.commit_logged(cf, st, lock, durability, &p, version)
+            }
+            _ => self.commit_direct(cf, st, lock, version),
+        };
+        if result.is_ok() {
+            self.after_commit();
+        }
+        result
+    }
+
+    fn commit_logged(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        st: &mut WriteState,
+        mut lock: WriterGuard,
+        durability: Durability,
+        payload: &[u8],
+        version: Version,
+    ) -> Result<()> {
+        let (_, end) = self.wal().append(payload).inspect_err(|_| self.poison())?;
+        self.install_version(cf, st, &mut lock, version, end);
+        drop(lock);
+        let durable = match durability {
+            Durability::Immediate => self.wal().wait_durable(end),
+            Durability::Eventual => self.wal().wait_written(end),
+            Durability::None => Ok(()),
+        };
+        if durable.is_err() {
+            self.poison();
+        }
+        cf.publish(version, durable)
+    }
+
+    fn commit_direct(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        st: &mut WriteState,
+        mut lock: WriterGuard,
+        version: Version,
+    ) -> Result<()> {
+        // Earlier versions of this CF go first: make them durable and wait
+        // until they are published.
+        self.wal().sync().inspect_err(|_| self.poison())?;
+        while !cf.all_published() {
+            self.check_writable()?;
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        // No record of this CF can be appended while we hold its lock, so
+        // replay of this CF may resume at the current end of the log.
+        let lsn = self.wal().next_lsn();
+        let v = self.install_version(cf, st, &mut lock, version, lsn);
+        self.checkpoint_including(Some((cf.clone(), v)))?;
+        let published = cf.publish(version, Ok(()));
+        drop(lock);
+        published
+    }
+
+    /// Turns a transaction's state into a committed version: the CF's new
+    /// head, its pages committed in the allocator and kept as dirty in the
+    /// cache, the base version's reclaim batch sealed, queued for
+    /// publication. Called under the writer lock.
+    pub(crate) fn install_version(
+        &self,
+        cf: &CfShared,
+        st: &mut WriteState,
+        slot: &mut WriterSlot,
+        version: Version,
+        lsn: Lsn,
+    ) -> Arc<CfVersion> {
+        debug_assert!(
+            Arc::ptr_eq(&slot.head, &st.base),
+            "transaction not based on the head"
+        );
+        let ps = self.pager.page_size();
+        let runs = st.pages.private_runs();
+        let freed = st.pages.take_freed();
+        self.pager.install_dirty(&runs);
+        let allocated: Vec<(PageId, u32)> = runs
+            .iter()
+            .map(|(id, p)| (*id, (p.len() / ps) as u32))
+            .collect();
+        let batch = {
+            let mut a = cf.alloc.lock();
+            a.commit(version, &allocated, &freed);
+            ReclaimBatch::new(a.released_sink())
+        };
+        st.base.batch.seal(freed, batch.clone());
+        st.pages.mark_committed();
+        let v = Arc::new(CfVersion {
+            version,
+            catalog: st.catalog,
+            next_table: st.next_table,
+            lsn,
+            batch,
+        });
+        slot.head = v.clone();
+        cf.enqueue(v.clone());
+        v
+    }
+}

@@ -1,0 +1,164 @@
+//! The I/O side of the writer: executes pending steps on segment files.
+//!
+//! Owns: the open segment file handles, creating and preallocating segment
+//! files, writing headers and frame runs, and syncing every file written
+//! since the last sync. Exactly one I/O leader uses it at a time (it is moved
+//! out of the WAL state for the duration of a round, so no lock is held
+//! during I/O).
+//!
+//! Invariant: after `sync_dirty` returns `Ok`, every byte written through
+//! this value before the call is durable; a created file's directory entry
+//! is durable before any record is written into it.
+//!
+//! Must not know: LSN assignment, group commit, payloads.
+
+use std::io;
+use std::sync::Arc;
+
+use super::layout::{FrameRun, Step};
+use super::segment::{segment_name, SegmentHeader, HEADER_BLOCK_BYTES};
+use crate::storage::{OpenMode, Storage, Vfs};
+
+/// Size of each zero-filling write when preallocating a segment.
+const PREALLOCATE_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Segment files and what was written to them since the last sync.
+#[derive(Debug)]
+pub(crate) struct SegmentIo {
+    vfs: Arc<dyn Vfs>,
+    db_name: String,
+    segment_bytes: u64,
+    files: Vec<Option<Arc<dyn Storage>>>,
+    /// Slots written since their last `sync_data`, in first-write order.
+    dirty: Vec<usize>,
+}
+
+/// What one call to [`SegmentIo::write_steps`] did, for statistics.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WriteReport {
+    pub bytes: u64,
+    pub writes: u64,
+}
+
+impl SegmentIo {
+    /// I/O over the already open segment files `files` (by slot).
+    pub fn new(
+        vfs: Arc<dyn Vfs>,
+        db_name: &str,
+        segment_bytes: u64,
+        files: Vec<Option<Arc<dyn Storage>>>,
+    ) -> SegmentIo {
+        SegmentIo {
+            vfs,
+            db_name: db_name.to_owned(),
+            segment_bytes,
+            files,
+            dirty: Vec::new(),
+        }
+    }
+
+    /// Executes `steps` in order (no sync).
+    pub fn write_steps(&mut self, steps: &[Step]) -> io::Result<WriteReport> {
+        let mut report = WriteReport::default();
+        for step in steps {
+            match step {
+                Step::Begin {
+                    slot,
+                    header,
+                    preallocate,
+                } => self.begin_use(*slot, header, *preallocate)?,
+                Step::Frames(run) => {
+                    self.write_run(run)?;
+                    report.bytes += run.len_bytes();
+                    report.writes += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// True if some written bytes are not yet synced.
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// `sync_data` on every file written since its last sync.
+    pub fn sync_dirty(&mut self) -> io::Result<()> {
+        for &slot in &self.dirty {
+            self.file(slot)?.sync_data()?;
+        }
+        self.dirty.clear();
+        Ok(())
+    }
+
+    fn file(&self, slot: usize) -> io::Result<&Arc<dyn Storage>> {
+        self.files
+            .get(slot)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| io::Error::other(format!("WAL segment slot {slot} is not open")))
+    }
+
+    fn mark_dirty(&mut self, slot: usize) {
+        if !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Writes the header of a new use; creates and zero-fills the file
+    /// first if asked (then syncs it and the directory).
+    fn begin_use(
+        &mut self,
+        slot: usize,
+        header: &SegmentHeader,
+        preallocate: bool,
+    ) -> io::Result<()> {
+        debug_assert_eq!(header.segment_bytes, self.segment_bytes);
+        let block = header.encode();
+        if preallocate {
+            return self.preallocate(slot, &block);
+        }
+        self.file(slot)?.write_at(0, &block)?;
+        self.mark_dirty(slot);
+        Ok(())
+    }
+
+    /// Creates (if missing) slot `slot`'s file, writes `header_block` and
+    /// zeros up to exactly `segment_bytes`, and makes it all durable.
+    fn preallocate(&mut self, slot: usize, header_block: &[u8]) -> io::Result<()> {
+        let created = self.files.get(slot).is_none_or(Option::is_none);
+        if created {
+            let file = self
+                .vfs
+                .open(&segment_name(&self.db_name, slot), OpenMode::OpenOrCreate)?;
+            if self.files.len() <= slot {
+                self.files.resize(slot + 1, None);
+            }
+            self.files[slot] = Some(file);
+        }
+        let file = Arc::clone(self.file(slot)?);
+        file.write_at(0, header_block)?;
+        let zeros = vec![0u8; PREALLOCATE_CHUNK_BYTES as usize];
+        let mut pos = HEADER_BLOCK_BYTES;
+        while pos < self.segment_bytes {
+            let n = (self.segment_bytes - pos).min(PREALLOCATE_CHUNK_BYTES);
+            file.write_at(pos, &zeros[..n as usize])?;
+            pos += n;
+        }
+        if file.len()? != self.segment_bytes {
+            file.set_len(self.segment_bytes)?;
+        }
+        file.sync_data()?;
+        if created {
+            self.vfs.sync_dir()?;
+        }
+        Ok(())
+    }
+
+    fn write_run(&mut self, run: &FrameRun) -> io::Result<()> {
+        debug_assert!(run.offset + run.len_bytes() <= self.segment_bytes);
+        let bufs: Vec<&[u8]> = run.bufs.iter().map(Vec::as_slice).collect();
+        self.file(run.slot)?.write_vectored_at(run.offset, &bufs)?;
+        self.mark_dirty(run.slot);
+        Ok(())
+    }
+}

@@ -1,0 +1,479 @@
+//! The in-memory side of the writer: where each record goes.
+//!
+//! Owns: LSN assignment, the choice of segment slot for each new use
+//! (recycling before creating), and the queue of pending [`Step`]s that an
+//! I/O leader later executes in order. No I/O happens here; every method
+//! runs under the WAL state mutex and is short.
+//!
+//! Invariants:
+//! - pending steps are in LSN order and, concatenated, cover every record
+//!   appended since the last take, with no gap;
+//! - a use starts at the LSN where the previous one stopped taking records
+//!   (the rest of that segment is skipped), so the start LSN of a use equals
+//!   the end LSN of the use it continues (`prev_salt` links them);
+//! - a slot is reused only when the use it holds is closed and lies wholly
+//!   below the release point (or it holds none).
+//!
+//! Must not know: payload contents, files, group commit.
+
+use super::frame::{encode_header, PayloadCrc, FRAME_HEADER_BYTES};
+use super::segment::{fresh_salt, SegmentHeader, HEADER_BLOCK_BYTES};
+use crate::types::Lsn;
+
+/// Payloads up to this size are copied into a shared buffer under the
+/// lock; larger ones are framed in their own buffer before taking it.
+const INLINE_PAYLOAD_MAX_BYTES: usize = 16 * 1024;
+/// Payloads from this size on have their crc computed before taking the
+/// lock and combined with the header's under it (constant ~15 µs); smaller
+/// ones are hashed under the lock (cheaper below this size).
+const PRE_HASH_MIN_BYTES: usize = 128 * 1024;
+/// Initial capacity of a shared frame buffer.
+const SHARED_BUF_INITIAL_BYTES: usize = 16 * 1024;
+
+/// One use of a segment slot as the writer tracks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UseMeta {
+    pub seq: u64,
+    pub start: Lsn,
+    /// Where the use stopped taking records; `None` while it is open.
+    pub end: Option<Lsn>,
+}
+
+/// What the writer knows of one segment slot (`NAME-wal.<index>`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SlotMeta {
+    /// The file exists, or a queued step creates it.
+    pub exists: bool,
+    /// The file is exactly `segment_bytes` long (no preallocation needed).
+    pub sized: bool,
+    /// The live use it holds, if any.
+    pub holds: Option<UseMeta>,
+}
+
+/// A unit of work for the I/O leader, executed in queue order.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Start a use of `slot`: write `header` (creating and zero-filling the
+    /// file first if `preallocate`).
+    Begin {
+        slot: usize,
+        header: SegmentHeader,
+        preallocate: bool,
+    },
+    /// Frames to write back to back.
+    Frames(FrameRun),
+}
+
+/// Contiguous frames of one use, to be written at `offset` of `slot`.
+#[derive(Debug)]
+pub(crate) struct FrameRun {
+    pub slot: usize,
+    pub offset: u64,
+    pub first_lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub bufs: Vec<Vec<u8>>,
+    /// The last buffer is a shared one small frames may be appended to.
+    tail_shared: bool,
+}
+
+/// A payload made ready for framing before taking the lock.
+#[derive(Debug)]
+pub(crate) enum PreparedFrame<'a> {
+    /// A small payload, copied into a shared buffer under the lock.
+    Inline { payload: &'a [u8] },
+    /// A large payload already copied behind a zeroed header, with its crc
+    /// if it is large enough to be worth precomputing.
+    Owned {
+        frame: Vec<u8>,
+        payload_crc: Option<u32>,
+    },
+}
+
+impl<'a> PreparedFrame<'a> {
+    /// Copies large payloads (and hashes very large ones) before the lock.
+    pub fn new(payload: &'a [u8]) -> PreparedFrame<'a> {
+        if payload.len() <= INLINE_PAYLOAD_MAX_BYTES {
+            return PreparedFrame::Inline { payload };
+        }
+        let payload_crc = (payload.len() >= PRE_HASH_MIN_BYTES).then(|| crc32c::crc32c(payload));
+        let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
+        frame.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
+        frame.extend_from_slice(payload);
+        PreparedFrame::Owned { frame, payload_crc }
+    }
+
+    fn payload_len(&self) -> usize {
+        match self {
+            PreparedFrame::Inline { payload, .. } => payload.len(),
+            PreparedFrame::Owned { frame, .. } => frame.len() - FRAME_HEADER_BYTES,
+        }
+    }
+
+    fn frame_bytes(&self) -> u64 {
+        (FRAME_HEADER_BYTES + self.payload_len()) as u64
+    }
+}
+
+/// The use records are currently appended to.
+#[derive(Debug, Clone, Copy)]
+struct OpenUse {
+    slot: usize,
+    salt: u64,
+    start: Lsn,
+    limit: Lsn,
+}
+
+/// Counters of segment switches.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SwitchCounts {
+    pub created: u64,
+    pub recycled: u64,
+}
+
+/// Record placement state (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Layout {
+    /// LSN the next record gets.
+    pub next_lsn: Lsn,
+    /// Records below this are no longer needed.
+    pub released_lsn: Lsn,
+    segment_bytes: u64,
+    open: Option<OpenUse>,
+    slots: Vec<SlotMeta>,
+    next_seq: u64,
+    /// Salt of the use the next one continues (0: none).
+    prev_salt: u64,
+    pending: Vec<Step>,
+    pub switches: SwitchCounts,
+}
+
+/// How a recovered log continues (built by open from the replay result).
+#[derive(Debug)]
+pub(crate) struct Resume {
+    pub slots: Vec<SlotMeta>,
+    pub next_lsn: Lsn,
+    pub released_lsn: Lsn,
+    pub next_seq: u64,
+    pub prev_salt: u64,
+}
+
+impl Layout {
+    /// A layout continuing a recovered log. No use is open: the first
+    /// append starts a fresh one.
+    pub fn resume(segment_bytes: u64, r: Resume) -> Layout {
+        debug_assert!(r.next_seq >= 1);
+        Layout {
+            next_lsn: r.next_lsn,
+            released_lsn: r.released_lsn,
+            segment_bytes,
+            open: None,
+            slots: r.slots,
+            next_seq: r.next_seq,
+            prev_salt: r.prev_salt,
+            pending: Vec::new(),
+            switches: SwitchCounts::default(),
+        }
+    }
+
+    /// Places one frame; returns `(lsn, end)`. The frame must fit in an
+    /// empty segment (checked by the caller against `max_record_bytes`).
+    pub fn push(&mut self, frame: PreparedFrame<'_>) -> (Lsn, Lsn) {
+        let frame_bytes = frame.frame_bytes();
+        debug_assert!(frame_bytes <= self.segment_bytes - HEADER_BLOCK_BYTES);
+        if !self.fits(frame_bytes) {
+            self.switch_use();
+        }
+        let open = self.open.expect("a use is open after a switch");
+        let lsn = self.next_lsn;
+        let end = Lsn(lsn.0 + frame_bytes);
+        debug_assert!(end <= open.limit);
+        let payload_len = frame.payload_len() as u32;
+        let run = self.run_for(open, lsn);
+        match frame {
+            PreparedFrame::Inline { payload } => {
+                let mut header = [0u8; FRAME_HEADER_BYTES];
+                let crc = PayloadCrc::Hash(payload);
+                encode_header(&mut header, lsn, open.salt, payload_len, crc);
+                let buf = run.shared_tail();
+                buf.extend_from_slice(&header);
+                buf.extend_from_slice(payload);
+            }
+            PreparedFrame::Owned {
+                mut frame,
+                payload_crc,
+            } => {
+                let (header, payload) = frame.split_at_mut(FRAME_HEADER_BYTES);
+                let crc = match payload_crc {
+                    Some(crc) => PayloadCrc::Combine {
+                        crc,
+                        len: payload.len(),
+                    },
+                    None => PayloadCrc::Hash(payload),
+                };
+                let header: &mut [u8; FRAME_HEADER_BYTES] =
+                    header.try_into().expect("frame has a header");
+                encode_header(header, lsn, open.salt, payload_len, crc);
+                run.bufs.push(frame);
+                run.tail_shared = false;
+            }
+        }
+        run.end_lsn = end;
+        self.next_lsn = end;
+        (lsn, end)
+    }
+
+    /// Takes every pending step (for the I/O leader).
+    pub fn take_pending(&mut self) -> Vec<Step> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Declares records below `lsn` unneeded (never moves backwards).
+    pub fn release_before(&mut self, lsn: Lsn) {
+        self.released_lsn = self.released_lsn.max(lsn);
+    }
+
+    /// Number of slots that exist or will once queued steps run.
+    pub fn slot_files(&self) -> usize {
+        self.slots.iter().filter(|s| s.exists).count()
+    }
+
+    fn fits(&self, frame_bytes: u64) -> bool {
+        self.open
+            .is_some_and(|o| self.next_lsn.0 + frame_bytes <= o.limit.0)
+    }
+
+    /// The pending run `lsn` extends, creating it if needed.
+    fn run_for(&mut self, open: OpenUse, lsn: Lsn) -> &mut FrameRun {
+        let extends = matches!(
+            self.pending.last(),
+            Some(Step::Frames(r)) if r.slot == open.slot && r.end_lsn == lsn
+        );
+        if !extends {
+            self.pending.push(Step::Frames(FrameRun {
+                slot: open.slot,
+                offset: HEADER_BLOCK_BYTES + (lsn.0 - open.start.0),
+                first_lsn: lsn,
+                end_lsn: lsn,
+                bufs: Vec::new(),
+                tail_shared: false,
+            }));
+        }
+        match self.pending.last_mut() {
+            Some(Step::Frames(run)) => run,
+            _ => unreachable!("a frame run was just ensured"),
+        }
+    }
+
+    /// Closes the open use (if any) at `next_lsn` and opens a new one there.
+    fn switch_use(&mut self) {
+        let start = self.next_lsn;
+        if let Some(old) = self.open.take() {
+            if let Some(u) = self.slots[old.slot].holds.as_mut() {
+                u.end = Some(start);
+            }
+        }
+        let slot = self.pick_slot();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let header = SegmentHeader {
+            seq,
+            salt: fresh_salt(seq, self.prev_salt),
+            prev_salt: self.prev_salt,
+            start_lsn: start,
+            segment_bytes: self.segment_bytes,
+        };
+        let meta = &mut self.slots[slot];
+        if meta.exists {
+            self.switches.recycled += 1;
+        } else {
+            self.switches.created += 1;
+        }
+        let preallocate = !meta.sized;
+        *meta = SlotMeta {
+            exists: true,
+            sized: true,
+            holds: Some(UseMeta {
+                seq,
+                start,
+                end: None,
+            }),
+        };
+        self.pending.push(Step::Begin {
+            slot,
+            header,
+            preallocate,
+        });
+        self.open = Some(OpenUse {
+            slot,
+            salt: header.salt,
+            start,
+            limit: header.limit_lsn(),
+        });
+        self.prev_salt = header.salt;
+    }
+
+    /// The slot for a new use: a free existing file first, then the one
+    /// holding the oldest released use, then a new file.
+    fn pick_slot(&mut self) -> usize {
+        let released = self.released_lsn;
+        let free = self
+            .slots
+            .iter()
+            .position(|s| s.exists && s.holds.is_none());
+        let oldest_released = || {
+            self.slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match s.holds {
+                    Some(UseMeta {
+                        seq, end: Some(e), ..
+                    }) if s.exists && e <= released => Some((seq, i)),
+                    _ => None,
+                })
+                .min()
+                .map(|(_, i)| i)
+        };
+        if let Some(i) = free.or_else(oldest_released) {
+            return i;
+        }
+        match self.slots.iter().position(|s| !s.exists) {
+            Some(i) => i,
+            None => {
+                self.slots.push(SlotMeta::default());
+                self.slots.len() - 1
+            }
+        }
+    }
+}
+
+impl FrameRun {
+    /// The shared buffer at the end of the run, starting one if needed.
+    fn shared_tail(&mut self) -> &mut Vec<u8> {
+        if !self.tail_shared {
+            self.bufs.push(Vec::with_capacity(SHARED_BUF_INITIAL_BYTES));
+            self.tail_shared = true;
+        }
+        self.bufs.last_mut().expect("a buffer was just ensured")
+    }
+
+    /// Bytes the run writes.
+    pub fn len_bytes(&self) -> u64 {
+        self.end_lsn.0 - self.first_lsn.0
+    }
+}
+
+/// The end LSN of the last frame in `steps`, if any.
+pub(crate) fn steps_end(steps: &[Step]) -> Option<Lsn> {
+    steps.iter().rev().find_map(|s| match s {
+        Step::Frames(run) => Some(run.end_lsn),
+        Step::Begin { .. } => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::segment::FIRST_LSN;
+
+    const SEG: u64 = 3 * HEADER_BLOCK_BYTES; // 8 KiB of data per use
+
+    fn fresh() -> Layout {
+        Layout::resume(
+            SEG,
+            Resume {
+                slots: Vec::new(),
+                next_lsn: FIRST_LSN,
+                released_lsn: Lsn(0),
+                next_seq: 1,
+                prev_salt: 0,
+            },
+        )
+    }
+
+    fn begins(steps: &[Step]) -> Vec<(usize, SegmentHeader, bool)> {
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Begin {
+                    slot,
+                    header,
+                    preallocate,
+                } => Some((*slot, *header, *preallocate)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn frames_are_contiguous_and_switch_when_full() {
+        let mut l = fresh();
+        let payload = vec![7u8; 1000];
+        let mut ends = Vec::new();
+        for _ in 0..20 {
+            let (lsn, end) = l.push(PreparedFrame::new(&payload));
+            assert_eq!(lsn, ends.last().copied().unwrap_or(FIRST_LSN));
+            ends.push(end);
+        }
+        let steps = l.take_pending();
+        let b = begins(&steps);
+        // 8 frames of 1024 bytes fill 8 KiB exactly: 20 frames need 3 uses.
+        assert_eq!(b.len(), 3);
+        assert_eq!(b[0].1.start_lsn, FIRST_LSN);
+        assert_eq!(b[1].1.start_lsn, Lsn(FIRST_LSN.0 + 8 * 1024));
+        assert_eq!(b[1].1.prev_salt, b[0].1.salt);
+        assert!(b.iter().all(|(_, _, pre)| *pre));
+        assert_eq!(steps_end(&steps), Some(*ends.last().unwrap()));
+        assert_eq!(l.slot_files(), 3);
+    }
+
+    #[test]
+    fn released_slots_are_recycled_oldest_first() {
+        let mut l = fresh();
+        let payload = vec![1u8; 4000];
+        for _ in 0..6 {
+            l.push(PreparedFrame::new(&payload)); // two per use
+        }
+        assert_eq!(l.slot_files(), 3);
+        l.take_pending();
+        // Release the first use only: the next switch reuses slot 0.
+        l.release_before(Lsn(FIRST_LSN.0 + 8192));
+        l.push(PreparedFrame::new(&payload));
+        let b = begins(&l.take_pending());
+        assert_eq!(b.len(), 1);
+        assert_eq!((b[0].0, b[0].2), (0, false));
+        assert_eq!(l.switches.recycled, 1);
+        assert_eq!(l.slot_files(), 3);
+        // Nothing else released: the next switch creates slot 3.
+        l.push(PreparedFrame::new(&payload));
+        l.push(PreparedFrame::new(&payload));
+        let b = begins(&l.take_pending());
+        assert_eq!(b[0].0, 3);
+        assert_eq!(l.switches.created, 4);
+    }
+
+    #[test]
+    fn large_payloads_get_their_own_buffer() {
+        let big = vec![9u8; INLINE_PAYLOAD_MAX_BYTES + 1];
+        let mut l2 = Layout::resume(
+            1 << 20,
+            Resume {
+                slots: Vec::new(),
+                next_lsn: FIRST_LSN,
+                released_lsn: Lsn(0),
+                next_seq: 1,
+                prev_salt: 0,
+            },
+        );
+        l2.push(PreparedFrame::new(b"a"));
+        l2.push(PreparedFrame::new(&big));
+        let (_, end) = l2.push(PreparedFrame::new(b"b"));
+        let steps = l2.take_pending();
+        let Step::Frames(run) = &steps[1] else {
+            panic!("expected frames")
+        };
+        assert_eq!(run.bufs.len(), 3);
+        assert_eq!(run.len_bytes(), end.0 - FIRST_LSN.0);
+        let total: usize = run.bufs.iter().map(Vec::len).sum();
+        assert_eq!(total as u64, run.len_bytes());
+    }
+}

@@ -1,0 +1,512 @@
+//! The write-ahead log: framing, segments, group commit, recycling, replay.
+//!
+//! Owns: the WAL of one database file `NAME` — the segment files
+//! `NAME-wal.0`, `NAME-wal.1`, … (slot numbers, not sequence numbers) in the
+//! same [`Vfs`] — and everything about them: the frame and header layouts
+//! ([`frame`], [`segment`]), record placement and segment recycling
+//! ([`layout`]), the I/O ([`io`]), replay at open ([`replay`]), group commit
+//! and durability waits ([`Wal`]), and the payload codec of commit records
+//! ([`record`]).
+//!
+//! Must not know: B-trees, pages, transactions, column-family state. The
+//! database gives it opaque payloads and LSN thresholds; `record` encodes
+//! logical operations by `CfId`/`TableId` but never applies them.
+//!
+//! # LSNs
+//!
+//! An LSN is the logical byte position of a frame in the log, monotonic
+//! across segments. A use of a segment covers `[start_lsn, start_lsn +
+//! capacity)`. A frame never spans segments: when a frame does not fit in
+//! the rest of the current use, the writer starts a new use whose start LSN
+//! is the LSN where the skipped space began, so the skipped bytes get no
+//! LSNs of their own and `end` of one use = `start` of the next. The first
+//! record of a new log has LSN [`FIRST_LSN`] (4096), so `Lsn(0)` means
+//! "before every record".
+//!
+//! # Group commit (DESIGN §4.1)
+//!
+//! One state behind a mutex: the pending steps (encoded frames and segment
+//! switches), `written_lsn`, `synced_lsn`, and `io_in_progress`. A caller
+//! that needs its record written (and possibly synced) loops: done if the
+//! watermark is past its end; if no I/O round is running, it becomes the
+//! leader: it takes every pending step, releases the mutex, writes them in
+//! order (possibly across a segment switch), `fdatasync`s every file written
+//! since the last sync (for a durable wait), re-takes the mutex, and sets
+//! the watermarks to the end of the last record in what it wrote; otherwise
+//! it waits on the condition variable. Everyone is woken after each round
+//! and loops, so one of the waiters leads the next round: no lost wake-ups,
+//! no premature acknowledgement. Only one round runs at a time, so bytes are
+//! written exactly once and in LSN order whether the round was started by a
+//! durable or a written-only wait.
+//!
+//! A failed write or sync **poisons** the WAL: the failing leader returns
+//! the I/O error, every waiting and later call returns `Error::Poisoned`,
+//! and nothing is retried.
+//!
+//! # Invariants
+//!
+//! - `synced_lsn <= written_lsn <= next_lsn`; `synced_lsn` never exceeds
+//!   the end of the last record actually written before the sync that set
+//!   it (DESIGN §11.5): it is set only from the steps the leader wrote.
+//! - Watermarks only grow; pending steps are in LSN order.
+//! - A segment slot is reused only when its use lies wholly below the
+//!   release point; a reused segment gets a new sequence number, salt and
+//!   start LSN, so its stale frames are rejected (salt, LSN continuity).
+//! - After open, new records always start in a fresh use (new sequence and
+//!   salt), so bytes after a torn tail can never extend the log later.
+//! - No mutex is held during I/O.
+
+mod frame;
+mod io;
+mod layout;
+pub mod record;
+mod replay;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+pub use frame::{StopReason, FRAME_HEADER_BYTES};
+pub use record::{decode_commit, encode_commit, CfPart, CommitEncoder, Op};
+pub use replay::ReplaySummary;
+pub use segment::{FIRST_LSN, HEADER_BLOCK_BYTES, MIN_SEGMENT_BYTES};
+
+use self::io::SegmentIo;
+use self::layout::{steps_end, Layout, PreparedFrame, Resume, SlotMeta, Step, UseMeta};
+use self::replay::{Recovered, ScannedSlot};
+use crate::error::{Error, Result};
+use crate::storage::{Storage, Vfs};
+use crate::types::Lsn;
+
+/// Sizes of the WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Size of each segment file, header block included: a multiple of
+    /// 4096, at least [`MIN_SEGMENT_BYTES`].
+    pub segment_bytes: u64,
+    /// Largest payload `append` accepts; at most `segment_bytes -
+    /// HEADER_BLOCK_BYTES - FRAME_HEADER_BYTES` (a frame fits in one
+    /// segment). Larger commits must be made durable another way.
+    pub max_record_bytes: u64,
+}
+
+impl WalOptions {
+    /// Options for segments of `segment_bytes`, accepting the largest
+    /// payload that fits in one.
+    pub fn with_segment_bytes(segment_bytes: u64) -> WalOptions {
+        WalOptions {
+            segment_bytes,
+            max_record_bytes: segment_bytes
+                .saturating_sub(HEADER_BLOCK_BYTES + FRAME_HEADER_BYTES as u64),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !segment::is_valid_segment_bytes(self.segment_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "WAL segment_bytes {} must be a multiple of 4096 between {} and {}",
+                self.segment_bytes,
+                MIN_SEGMENT_BYTES,
+                segment::MAX_SEGMENT_BYTES
+            )));
+        }
+        let most = self.segment_bytes - HEADER_BLOCK_BYTES - FRAME_HEADER_BYTES as u64;
+        if self.max_record_bytes > most.min(u64::from(u32::MAX)) {
+            return Err(Error::InvalidArgument(format!(
+                "WAL max_record_bytes {} exceeds what one segment holds ({most})",
+                self.max_record_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for WalOptions {
+    /// 32 MiB segments.
+    fn default() -> Self {
+        WalOptions::with_segment_bytes(32 << 20)
+    }
+}
+
+/// Counters for benchmarks and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Records appended.
+    pub records: u64,
+    /// Frame bytes appended (headers included).
+    pub bytes: u64,
+    /// I/O rounds that wrote records.
+    pub write_rounds: u64,
+    /// I/O rounds that synced (each shared by every record it covered).
+    pub syncs: u64,
+    /// Segment files created.
+    pub segments_created: u64,
+    /// Segment uses started in a recycled file.
+    pub segments_recycled: u64,
+}
+
+/// The write-ahead log of one database. `Send + Sync`; used through `&self`.
+pub struct Wal {
+    state: Mutex<State>,
+    /// Signalled after every I/O round.
+    round_done: Condvar,
+    opts: WalOptions,
+}
+
+#[derive(Debug)]
+struct State {
+    layout: Layout,
+    /// End of the last record handed to the OS.
+    written_lsn: Lsn,
+    /// End of the last record known durable.
+    synced_lsn: Lsn,
+    io_in_progress: bool,
+    poisoned: bool,
+    /// Present whenever no round is in progress (the leader moves it out).
+    io: Option<Box<SegmentIo>>,
+    stats: WalStats,
+}
+
+/// How far a waiter needs its record to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Written,
+    Durable,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.lock();
+        f.debug_struct("Wal")
+            .field("next_lsn", &st.layout.next_lsn)
+            .field("written_lsn", &st.written_lsn)
+            .field("synced_lsn", &st.synced_lsn)
+            .field("poisoned", &st.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens (creating if missing) the WAL of `name` in `vfs` and replays every
+/// valid record with `lsn >= from`, in LSN order, through `apply`.
+///
+/// Replay stops at the first invalid record (torn tail, zeroed space, stale
+/// salt, LSN discontinuity, bad crc, impossible length); see
+/// [`ReplaySummary`]. The returned WAL appends new records in a fresh
+/// segment use starting at `max(end of log, from)`.
+///
+/// `from` is also the release point: segments wholly below it may be
+/// recycled. It must not exceed the end of the log as last written (the
+/// database passes the lowest checkpoint LSN of its column families).
+/// An error from `apply` aborts the open and is returned.
+pub fn open(
+    vfs: Arc<dyn Vfs>,
+    name: &str,
+    opts: WalOptions,
+    from: Lsn,
+    apply: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>,
+) -> Result<(Wal, ReplaySummary)> {
+    opts.validate()?;
+    let scanned = replay::scan_segments(&*vfs, name)?;
+    let recovered = replay::replay(&scanned, name, from, apply)?;
+    let resume = resume_after(&scanned, &recovered, opts.segment_bytes, from);
+    let next_lsn = resume.next_lsn;
+    let mut files: Vec<Option<Arc<dyn Storage>>> = vec![None; resume.slots.len()];
+    for s in &scanned {
+        files[s.slot] = Some(Arc::clone(&s.file));
+    }
+    let io = SegmentIo::new(vfs, name, opts.segment_bytes, files);
+    let wal = Wal {
+        state: Mutex::new(State {
+            layout: Layout::resume(opts.segment_bytes, resume),
+            written_lsn: next_lsn,
+            synced_lsn: next_lsn,
+            io_in_progress: false,
+            poisoned: false,
+            io: Some(Box::new(io)),
+            stats: WalStats::default(),
+        }),
+        round_done: Condvar::new(),
+        opts,
+    };
+    Ok((wal, recovered.summary))
+}
+
+/// How the writer continues after replay: which slots hold kept uses, and
+/// where (and linked to what) the next use starts.
+fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, segment_bytes: u64, from: Lsn) -> Resume {
+    let slot_count = scanned.iter().map(|s| s.slot + 1).max().unwrap_or(0);
+    let mut slots = vec![SlotMeta::default(); slot_count];
+    for s in scanned {
+        slots[s.slot] = SlotMeta {
+            exists: true,
+            sized: s.len_bytes == segment_bytes,
+            holds: None,
+        };
+    }
+    for &(i, end) in &rec.kept {
+        let h = scanned[i].header.expect("kept uses have headers");
+        debug_assert!(end >= h.start_lsn);
+        slots[scanned[i].slot].holds = Some(UseMeta {
+            seq: h.seq,
+            start: h.start_lsn,
+            end: Some(end),
+        });
+    }
+    let end = rec.summary.end_lsn;
+    let next_lsn = end.max(from).max(FIRST_LSN);
+    // Link to the last use replayed only if the log continues exactly where
+    // it ended; otherwise the next use starts a new chain.
+    let prev_salt = match rec.last_salt {
+        Some(salt) if next_lsn == end => salt,
+        _ => 0,
+    };
+    Resume {
+        slots,
+        next_lsn,
+        released_lsn: from,
+        next_seq: rec.max_seq + 1,
+        prev_salt,
+    }
+}
+
+impl Wal {
+    /// Appends one record to the in-process buffer; returns `(lsn, end)`
+    /// where `end` is the LSN just past it. Does no I/O: the record reaches
+    /// the OS at the next write round (any `wait_*`, `sync`, or the
+    /// flusher), so callers that never wait must sync now and then to bound
+    /// the buffer (`Durability::None` relies on later syncs).
+    ///
+    /// `Error::ValueTooLarge` if the payload exceeds `max_record_bytes`;
+    /// `Error::Poisoned` after a failed write or sync.
+    pub fn append(&self, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        if payload.len() as u64 > self.opts.max_record_bytes {
+            return Err(Error::ValueTooLarge {
+                len: payload.len(),
+                max: self.opts.max_record_bytes as usize,
+            });
+        }
+        let frame = PreparedFrame::new(payload);
+        let mut st = self.state.lock();
+        if st.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let (lsn, end) = st.layout.push(frame);
+        st.stats.records += 1;
+        st.stats.bytes += end.0 - lsn.0;
+        Ok((lsn, end))
+    }
+
+    /// Returns once the log is durable (`fdatasync`ed) past `end`
+    /// (`Durability::Immediate`), sharing syncs with concurrent callers.
+    pub fn wait_durable(&self, end: Lsn) -> Result<()> {
+        self.wait_for(end, Need::Durable)
+    }
+
+    /// Returns once every byte before `end` was handed to the OS, written
+    /// but not necessarily synced (`Durability::Eventual`).
+    pub fn wait_written(&self, end: Lsn) -> Result<()> {
+        self.wait_for(end, Need::Written)
+    }
+
+    /// Writes and syncs everything appended so far.
+    pub fn sync(&self) -> Result<()> {
+        let end = self.next_lsn();
+        self.wait_durable(end)
+    }
+
+    /// Declares records below `lsn` unneeded (every CF's checkpoint covers
+    /// them): segments whose use lies wholly below become reusable.
+    pub fn release_before(&self, lsn: Lsn) {
+        self.state.lock().layout.release_before(lsn);
+    }
+
+    /// Log bytes appended since `lsn` (frames, plus any skipped segment
+    /// tails), for checkpoint triggers.
+    pub fn bytes_since(&self, lsn: Lsn) -> u64 {
+        self.next_lsn().0.saturating_sub(lsn.0)
+    }
+
+    /// The LSN the next record will get: the end of everything appended
+    /// (a segment switch starts the new use exactly there).
+    pub fn next_lsn(&self) -> Lsn {
+        self.state.lock().layout.next_lsn
+    }
+
+    /// End of the log known durable.
+    pub fn synced_lsn(&self) -> Lsn {
+        self.state.lock().synced_lsn
+    }
+
+    /// True if something appended is not yet durable.
+    pub fn has_unsynced(&self) -> bool {
+        let st = self.state.lock();
+        st.synced_lsn < st.layout.next_lsn
+    }
+
+    /// True after a failed write or sync.
+    pub fn is_poisoned(&self) -> bool {
+        self.state.lock().poisoned
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> WalStats {
+        let st = self.state.lock();
+        WalStats {
+            segments_created: st.layout.switches.created,
+            segments_recycled: st.layout.switches.recycled,
+            ..st.stats
+        }
+    }
+
+    /// Number of segment files (existing, or about to be created).
+    pub fn segment_files(&self) -> usize {
+        self.state.lock().layout.slot_files()
+    }
+
+    /// The options this WAL was opened with.
+    pub fn options(&self) -> WalOptions {
+        self.opts
+    }
+
+    /// Starts a thread that calls [`Wal::sync`] every `interval` while
+    /// something is unsynced (`Durability::Eventual`). It holds only a weak
+    /// reference, stops when the handle is dropped (joining it) or the WAL
+    /// is gone, and exits after a failed sync (the WAL is then poisoned).
+    pub fn start_flusher(self: &Arc<Self>, interval: Duration) -> FlusherHandle {
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let wal = Arc::downgrade(self);
+        let thread = std::thread::Builder::new()
+            .name("sheafdb-wal-flusher".to_owned())
+            .spawn(move || flusher_loop(&wal, &stop_rx, interval))
+            .expect("spawn WAL flusher thread");
+        FlusherHandle {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// The group-commit loop of DESIGN §4.1.
+    fn wait_for(&self, end: Lsn, need: Need) -> Result<()> {
+        let mut st = self.state.lock();
+        loop {
+            if st.poisoned {
+                return Err(Error::Poisoned);
+            }
+            if end > st.layout.next_lsn {
+                return Err(Error::InvalidArgument(format!(
+                    "WAL wait for {end:?} past the end of the log {:?}",
+                    st.layout.next_lsn
+                )));
+            }
+            if st.reached(end, need) {
+                return Ok(());
+            }
+            if st.io_in_progress {
+                self.round_done.wait(&mut st);
+            } else {
+                self.lead_round(&mut st, need)?;
+            }
+        }
+    }
+
+    /// Runs one I/O round as leader: writes every pending step (and syncs,
+    /// for `Need::Durable`) without holding the mutex, then publishes the
+    /// new watermarks and wakes every waiter. The leader alone gets the I/O
+    /// error of a failed round; the WAL is then poisoned.
+    fn lead_round(&self, st: &mut MutexGuard<'_, State>, need: Need) -> Result<()> {
+        debug_assert!(!st.io_in_progress);
+        let steps = st.layout.take_pending();
+        let end = steps_end(&steps).unwrap_or(st.written_lsn);
+        debug_assert_eq!(end, st.layout.next_lsn, "pending steps cover the log");
+        let mut io = st.io.take().expect("I/O state is home between rounds");
+        st.io_in_progress = true;
+        let outcome = MutexGuard::unlocked(st, || {
+            panic::catch_unwind(AssertUnwindSafe(|| run_round(&mut io, &steps, need)))
+        });
+        st.io = Some(io);
+        st.io_in_progress = false;
+        let result = match outcome {
+            Ok(result) => result,
+            Err(payload) => {
+                st.poisoned = true;
+                self.round_done.notify_all();
+                panic::resume_unwind(payload);
+            }
+        };
+        match &result {
+            Ok(wrote) => st.finish_round(end, need, *wrote),
+            Err(_) => st.poisoned = true,
+        }
+        self.round_done.notify_all();
+        result.map(|_| ()).map_err(Error::Io)
+    }
+}
+
+/// The I/O of one round; returns whether frames were written.
+fn run_round(io: &mut SegmentIo, steps: &[Step], need: Need) -> std::io::Result<bool> {
+    let report = io.write_steps(steps)?;
+    if need == Need::Durable && io.has_dirty() {
+        io.sync_dirty()?;
+    }
+    Ok(report.writes > 0)
+}
+
+impl State {
+    fn reached(&self, end: Lsn, need: Need) -> bool {
+        match need {
+            Need::Written => self.written_lsn >= end,
+            Need::Durable => self.synced_lsn >= end,
+        }
+    }
+
+    /// Publishes a successful round that wrote everything up to `end`.
+    fn finish_round(&mut self, end: Lsn, need: Need, wrote: bool) {
+        debug_assert!(end >= self.written_lsn && self.written_lsn >= self.synced_lsn);
+        self.written_lsn = end;
+        if wrote {
+            self.stats.write_rounds += 1;
+        }
+        if need == Need::Durable {
+            self.synced_lsn = end;
+            self.stats.syncs += 1;
+        }
+        debug_assert!(self.synced_lsn <= self.written_lsn);
+        debug_assert!(self.written_lsn <= self.layout.next_lsn);
+    }
+}
+
+/// Stops the background flusher when dropped (and waits for it to exit).
+#[derive(Debug)]
+pub struct FlusherHandle {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for FlusherHandle {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn flusher_loop(wal: &Weak<Wal>, stop: &mpsc::Receiver<()>, interval: Duration) {
+    loop {
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(wal) = wal.upgrade() else { return };
+        if wal.has_unsynced() && wal.sync().is_err() {
+            return;
+        }
+    }
+}

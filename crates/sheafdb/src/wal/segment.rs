@@ -1,0 +1,237 @@
+//! Segment files: names, the header block, and per-use salts.
+//!
+//! Owns: the byte layout of a segment's header block and the naming of
+//! segment files (`NAME-wal.<slot>`). Must not know: records, group commit,
+//! or anything above the WAL.
+//!
+//! # Segment file
+//!
+//! A segment file is exactly `segment_bytes` long (preallocated with zeros
+//! when created). Its first [`HEADER_BLOCK_BYTES`] bytes are the header
+//! block; the rest is the data area, which holds frames back to back. A
+//! *use* of a segment covers the LSNs `[start_lsn, start_lsn + capacity)`
+//! where `capacity = segment_bytes - HEADER_BLOCK_BYTES`; the frame at LSN
+//! `L` lives at file offset `HEADER_BLOCK_BYTES + (L - start_lsn)`.
+//!
+//! # Header block (little-endian)
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 0  | 8 | magic `b"SHEAFWAL"` |
+//! | 8  | 4 | format version (1) |
+//! | 12 | 4 | reserved, zero |
+//! | 16 | 8 | sequence number of this use (strictly increasing across uses of all segments; ≥ 1) |
+//! | 24 | 8 | salt of this use (non-zero; every frame of the use carries it) |
+//! | 32 | 8 | salt of the use this one continues (0: starts a new chain) |
+//! | 40 | 8 | start LSN of this use |
+//! | 48 | 8 | `segment_bytes`: file size this use was written for (multiple of 4096, ≥ 8192) |
+//! | 56 | 4 | crc32c of bytes 0..56 |
+//! | 60 | 4036 | zero |
+//!
+//! A header that fails any check (magic, version, crc, ranges) means the
+//! segment holds no use: it is free.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::types::Lsn;
+
+/// Bytes reserved for the header block at the start of every segment.
+pub const HEADER_BLOCK_BYTES: u64 = 4096;
+/// Smallest accepted segment size (one header block plus one data block).
+pub const MIN_SEGMENT_BYTES: u64 = 2 * HEADER_BLOCK_BYTES;
+/// Largest segment size a header may claim (bounds reads of garbage headers).
+pub const MAX_SEGMENT_BYTES: u64 = 1 << 40;
+/// The LSN of the first record of a new log (so LSN 0 means "before
+/// everything"; the first segment's LSNs equal its file offsets).
+pub const FIRST_LSN: Lsn = Lsn(HEADER_BLOCK_BYTES);
+
+const MAGIC: [u8; 8] = *b"SHEAFWAL";
+const FORMAT_VERSION: u32 = 1;
+/// Bytes of the header covered by its crc.
+const CRC_OFFSET: usize = 56;
+/// Bytes of the header that carry information (crc included).
+const HEADER_USED_BYTES: usize = 60;
+
+/// The decoded header of one segment use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentHeader {
+    pub seq: u64,
+    pub salt: u64,
+    pub prev_salt: u64,
+    pub start_lsn: Lsn,
+    pub segment_bytes: u64,
+}
+
+impl SegmentHeader {
+    /// Data bytes a use of this header covers.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.segment_bytes - HEADER_BLOCK_BYTES
+    }
+
+    /// One past the last LSN this use could hold.
+    pub fn limit_lsn(&self) -> Lsn {
+        Lsn(self.start_lsn.0 + self.capacity_bytes())
+    }
+
+    /// The whole header block ([`HEADER_BLOCK_BYTES`] bytes).
+    pub fn encode(&self) -> Vec<u8> {
+        debug_assert!(self.salt != 0 && self.seq != 0);
+        debug_assert!(is_valid_segment_bytes(self.segment_bytes));
+        let mut block = vec![0u8; HEADER_BLOCK_BYTES as usize];
+        block[0..8].copy_from_slice(&MAGIC);
+        block[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        block[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        block[24..32].copy_from_slice(&self.salt.to_le_bytes());
+        block[32..40].copy_from_slice(&self.prev_salt.to_le_bytes());
+        block[40..48].copy_from_slice(&self.start_lsn.0.to_le_bytes());
+        block[48..56].copy_from_slice(&self.segment_bytes.to_le_bytes());
+        let crc = crc32c::crc32c(&block[..CRC_OFFSET]);
+        block[CRC_OFFSET..HEADER_USED_BYTES].copy_from_slice(&crc.to_le_bytes());
+        block
+    }
+
+    /// Decodes a header block; `None` when any check fails (a free segment).
+    pub fn decode(block: &[u8]) -> Option<SegmentHeader> {
+        if block.len() < HEADER_USED_BYTES || block[0..8] != MAGIC {
+            return None;
+        }
+        let stored_crc = le_u32(block, CRC_OFFSET);
+        if crc32c::crc32c(&block[..CRC_OFFSET]) != stored_crc || le_u32(block, 8) != FORMAT_VERSION
+        {
+            return None;
+        }
+        let header = SegmentHeader {
+            seq: le_u64(block, 16),
+            salt: le_u64(block, 24),
+            prev_salt: le_u64(block, 32),
+            start_lsn: Lsn(le_u64(block, 40)),
+            segment_bytes: le_u64(block, 48),
+        };
+        header.is_plausible().then_some(header)
+    }
+
+    /// Range checks a crc-valid header must still pass.
+    fn is_plausible(&self) -> bool {
+        self.seq != 0
+            && self.salt != 0
+            && is_valid_segment_bytes(self.segment_bytes)
+            && self.start_lsn >= FIRST_LSN
+            && self.start_lsn.0.checked_add(self.segment_bytes).is_some()
+    }
+}
+
+/// True for a segment size this format accepts.
+pub(crate) fn is_valid_segment_bytes(segment_bytes: u64) -> bool {
+    (MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&segment_bytes)
+        && segment_bytes.is_multiple_of(HEADER_BLOCK_BYTES)
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut raw = [0u8; 4];
+    raw.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(raw)
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(raw)
+}
+
+/// File name of segment slot `slot` of the database file `db_name`.
+pub(crate) fn segment_name(db_name: &str, slot: usize) -> String {
+    format!("{db_name}-wal.{slot}")
+}
+
+/// The slot number if `file` is a segment of `db_name` (canonical decimal,
+/// so `x-wal.01` is not taken for slot 1).
+pub(crate) fn parse_segment_name(db_name: &str, file: &str) -> Option<usize> {
+    let digits = file.strip_prefix(db_name)?.strip_prefix("-wal.")?;
+    let slot: u32 = digits.parse().ok()?;
+    (slot.to_string() == digits).then_some(slot as usize)
+}
+
+/// A fresh non-zero salt for use `seq`, different from `prev_salt`.
+///
+/// Uniqueness is best effort (time, sequence, process id, a per-process
+/// counter, mixed by SplitMix64); correctness never rests on it alone since
+/// every frame is also checked for LSN continuity.
+pub(crate) fn fresh_salt(seq: u64, prev_salt: u64) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut x = nanos ^ seq.rotate_left(29) ^ (u64::from(std::process::id()) << 40);
+    x = splitmix64(x ^ splitmix64(count) ^ prev_salt.rotate_left(7));
+    while x == 0 || x == prev_salt {
+        x = splitmix64(x.wrapping_add(1));
+    }
+    x
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SegmentHeader {
+        SegmentHeader {
+            seq: 7,
+            salt: 0xDEAD_BEEF,
+            prev_salt: 3,
+            start_lsn: Lsn(123_456),
+            segment_bytes: 64 * 1024,
+        }
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let block = sample().encode();
+        assert_eq!(block.len(), HEADER_BLOCK_BYTES as usize);
+        assert_eq!(SegmentHeader::decode(&block), Some(sample()));
+    }
+
+    #[test]
+    fn any_flipped_byte_invalidates_header() {
+        let block = sample().encode();
+        for i in 0..HEADER_USED_BYTES {
+            let mut bad = block.clone();
+            bad[i] ^= 0x40;
+            assert_eq!(SegmentHeader::decode(&bad), None, "byte {i}");
+        }
+        assert_eq!(SegmentHeader::decode(&block[..30]), None);
+        assert_eq!(SegmentHeader::decode(&[0u8; 4096]), None);
+    }
+
+    #[test]
+    fn names_parse_canonically() {
+        assert_eq!(segment_name("db", 3), "db-wal.3");
+        assert_eq!(parse_segment_name("db", "db-wal.3"), Some(3));
+        assert_eq!(parse_segment_name("db", "db-wal.03"), None);
+        assert_eq!(parse_segment_name("db", "db-wal.x"), None);
+        assert_eq!(parse_segment_name("db", "db-wal."), None);
+        assert_eq!(parse_segment_name("db", "dbx-wal.1"), None);
+        assert_eq!(parse_segment_name("db", "db"), None);
+        assert_eq!(parse_segment_name("db", "db-wal.-1"), None);
+    }
+
+    #[test]
+    fn salts_are_fresh() {
+        let mut prev = 0;
+        let mut seen = std::collections::HashSet::new();
+        for seq in 1..1000 {
+            let s = fresh_salt(seq, prev);
+            assert!(s != 0 && s != prev);
+            assert!(seen.insert(s));
+            prev = s;
+        }
+    }
+}

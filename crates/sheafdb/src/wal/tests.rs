@@ -1,0 +1,970 @@
+//! WAL tests over `MemVfs` and the fault-injecting `SimVfs`.
+
+use std::collections::HashSet;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::frame::encode_frame;
+use super::segment::SegmentHeader;
+use super::*;
+use crate::storage::mem::MemVfs;
+use crate::storage::sim::{CrashPolicy, Fault, SimVfs};
+use crate::storage::{LockGuard, OpenMode};
+
+const DB: &str = "db";
+/// Small segments so tests cross many of them.
+const SEG: u64 = 16 * 1024;
+
+type Records = Vec<(Lsn, Vec<u8>)>;
+
+fn opts(segment_bytes: u64) -> WalOptions {
+    WalOptions::with_segment_bytes(segment_bytes)
+}
+
+/// A payload that names `tag` and has `len >= 8` bytes.
+fn payload(tag: u64, len: usize) -> Vec<u8> {
+    let mut p = tag.to_le_bytes().to_vec();
+    p.extend((8..len.max(8)).map(|i| b'a' + ((tag as usize + i) % 26) as u8));
+    p
+}
+
+/// Opens the WAL and collects every replayed record.
+fn open_collect(vfs: Arc<dyn Vfs>, seg: u64, from: Lsn) -> (Wal, Records, ReplaySummary) {
+    let mut got = Vec::new();
+    let (wal, summary) = open(vfs, DB, opts(seg), from, &mut |lsn, p| {
+        got.push((lsn, p.to_vec()));
+        Ok(())
+    })
+    .expect("open WAL");
+    assert_eq!(summary.records_replayed, got.len() as u64);
+    (wal, got, summary)
+}
+
+fn sim_arc(sim: &SimVfs) -> Arc<dyn Vfs> {
+    Arc::new(sim.clone())
+}
+
+/// Appends `count` records (sizes cycling over `sizes`), syncing at the end.
+fn append_n(wal: &Wal, first_tag: u64, count: u64, sizes: &[usize]) -> Records {
+    let mut out = Vec::new();
+    for i in 0..count {
+        let p = payload(first_tag + i, sizes[i as usize % sizes.len()]);
+        let (lsn, end) = wal.append(&p).unwrap();
+        assert_eq!(end.0 - lsn.0, (FRAME_HEADER_BYTES + p.len()) as u64);
+        out.push((lsn, p));
+    }
+    wal.sync().unwrap();
+    out
+}
+
+/// After reopening, appending and reopening again, exactly `expected` plus
+/// the new records come back (nothing older resurrects).
+fn check_reopen_cycle(vfs: Arc<dyn Vfs>, seg: u64, expected: &Records, ctx: &str) {
+    let (wal, got, _) = open_collect(Arc::clone(&vfs), seg, Lsn(0));
+    assert_eq!(got, *expected, "{ctx}: first reopen");
+    let new = append_n(&wal, 1_000_000, 7, &[40, 300, 2000]);
+    if let (Some(last), Some(first_new)) = (expected.last(), new.first()) {
+        assert!(first_new.0 > last.0, "{ctx}: new LSNs grow");
+    }
+    drop(wal);
+    let (wal, got, _) = open_collect(Arc::clone(&vfs), seg, Lsn(0));
+    let mut all = expected.clone();
+    all.extend(new.iter().cloned());
+    assert_eq!(got, all, "{ctx}: reopen after new appends");
+    drop(wal);
+    let (_, again, _) = open_collect(vfs, seg, Lsn(0));
+    assert_eq!(again, all, "{ctx}: reopen is stable");
+}
+
+/// The segment file (name, offset) holding the frame at `lsn`: the use with
+/// the highest sequence number whose range contains it.
+fn locate(sim: &SimVfs, lsn: Lsn) -> (String, usize) {
+    let mut best: Option<(u64, String, usize)> = None;
+    for name in sim.file_names() {
+        let bytes = sim.file_bytes(&name).unwrap();
+        let Some(h) = SegmentHeader::decode(&bytes[..bytes.len().min(4096)]) else {
+            continue;
+        };
+        if h.start_lsn <= lsn && lsn < h.limit_lsn() && best.as_ref().is_none_or(|b| b.0 < h.seq) {
+            let off = (HEADER_BLOCK_BYTES + lsn.0 - h.start_lsn.0) as usize;
+            best = Some((h.seq, name, off));
+        }
+    }
+    let (_, name, off) = best.expect("some use holds the LSN");
+    (name, off)
+}
+
+fn edit_file(sim: &SimVfs, name: &str, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = sim.file_bytes(name).unwrap();
+    f(&mut bytes);
+    sim.set_file_bytes(name, bytes);
+}
+
+fn wal_files(names: &[String]) -> usize {
+    names.iter().filter(|n| n.starts_with("db-wal.")).count()
+}
+
+/// Runs `f` on a thread; fails the test if it does not finish in `limit`.
+fn with_watchdog<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("watchdog: no result within {limit:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the watched worker panicked"),
+    }
+}
+
+// ---------------------------------------------------------------- round trips
+
+#[test]
+fn new_wal_is_empty() {
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, got, s) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    assert!(got.is_empty());
+    assert_eq!(s.stop, StopReason::NoLog);
+    assert_eq!(wal.next_lsn(), FIRST_LSN);
+    assert_eq!(wal.segment_files(), 0);
+    // Nothing is written until something is appended.
+    assert!(vfs.list().unwrap().is_empty());
+    wal.sync().unwrap();
+    assert_eq!(wal.stats().syncs, 0);
+}
+
+#[test]
+fn round_trip_across_segments_from_any_lsn() {
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    let records = append_n(&wal, 0, 1500, &[10, 200, 51, 900, 8, 3000]);
+    let stats = wal.stats();
+    assert!(stats.segments_created >= 10, "{stats:?}");
+    assert_eq!(stats.records, 1500);
+    drop(wal);
+
+    let (_, got, s) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    assert_eq!(got, records);
+    assert_eq!(s.records_skipped, 0);
+    assert_eq!(s.last_record_lsn, Some(records.last().unwrap().0));
+    let end = Lsn(records.last().unwrap().0 .0 + (24 + records.last().unwrap().1.len()) as u64);
+    assert_eq!(s.end_lsn, end);
+
+    let mut froms: Vec<Lsn> = vec![Lsn(0), FIRST_LSN, end, Lsn(end.0 + 1)];
+    for i in (0..records.len()).step_by(97) {
+        froms.push(records[i].0);
+        froms.push(Lsn(records[i].0 .0 + 1));
+        froms.push(Lsn(records[i].0 .0 - 1));
+    }
+    for from in froms {
+        let mut got = Vec::new();
+        let (_, s) = open(Arc::clone(&vfs), DB, opts(SEG), from, &mut |lsn, p| {
+            got.push((lsn, p.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        let want: Records = records.iter().filter(|r| r.0 >= from).cloned().collect();
+        assert_eq!(got, want, "from {from:?}");
+        assert_eq!(s.end_lsn, end, "from {from:?}");
+    }
+}
+
+#[test]
+fn reopen_continues_in_a_fresh_use() {
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    let mut all = append_n(&wal, 0, 10, &[100]);
+    drop(wal);
+    for round in 1..5u64 {
+        let (wal, got, s) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+        assert_eq!(got, all, "round {round}");
+        assert_eq!(wal.next_lsn(), s.end_lsn);
+        all.extend(append_n(&wal, round * 100, 10, &[100]));
+        // Each reopen starts a new use (in a new or free file).
+        assert_eq!(
+            wal.stats().segments_created + wal.stats().segments_recycled,
+            1
+        );
+    }
+}
+
+#[test]
+fn large_records_round_trip() {
+    // Sizes that take each framing path: shared buffer, own buffer hashed
+    // under the lock, own buffer with a precomputed and combined crc.
+    let seg = 1 << 20;
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, _, _) = open_collect(Arc::clone(&vfs), seg, Lsn(0));
+    let sizes = [
+        100,
+        20_000,
+        16 * 1024,
+        16 * 1024 + 1,
+        128 * 1024,
+        300_000,
+        900_000,
+        60,
+    ];
+    let records = append_n(&wal, 0, 24, &sizes);
+    drop(wal);
+    let (_, got, _) = open_collect(vfs, seg, Lsn(0));
+    assert_eq!(got, records);
+}
+
+#[test]
+fn apply_error_aborts_open() {
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    append_n(&wal, 0, 5, &[10]);
+    drop(wal);
+    let mut calls = 0;
+    let err = open(vfs, DB, opts(SEG), Lsn(0), &mut |_, _| {
+        calls += 1;
+        if calls == 3 {
+            Err(Error::corrupted("bad record", "test"))
+        } else {
+            Ok(())
+        }
+    })
+    .unwrap_err();
+    assert!(err.is_corrupted());
+    assert_eq!(calls, 3);
+}
+
+#[test]
+fn record_size_limits() {
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    let max = wal.options().max_record_bytes as usize;
+    assert_eq!(max as u64, SEG - 4096 - 24);
+    assert!(matches!(
+        wal.append(&vec![1; max + 1]),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    let mut records = append_n(&wal, 0, 1, &[100]);
+    records.extend(append_n(&wal, 1, 1, &[max]));
+    records.extend(append_n(&wal, 2, 1, &[max]));
+    records.extend(append_n(&wal, 3, 1, &[8]));
+    // Empty payloads are records too.
+    let (lsn, end) = wal.append(b"").unwrap();
+    assert_eq!(end.0 - lsn.0, FRAME_HEADER_BYTES as u64);
+    wal.sync().unwrap();
+    records.push((lsn, Vec::new()));
+    drop(wal);
+    let (_, got, _) = open_collect(vfs, SEG, Lsn(0));
+    assert_eq!(got, records);
+
+    let bad = [
+        WalOptions::with_segment_bytes(4096),
+        WalOptions::with_segment_bytes(10_000),
+        WalOptions {
+            segment_bytes: SEG,
+            max_record_bytes: SEG,
+        },
+    ];
+    for o in bad {
+        let r = open(Arc::new(MemVfs::new()), DB, o, Lsn(0), &mut |_, _| Ok(()));
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{o:?}");
+    }
+}
+
+#[test]
+fn waiting_past_the_end_is_an_error_not_a_hang() {
+    let (wal, _, _) = open_collect(Arc::new(MemVfs::new()), SEG, Lsn(0));
+    let (_, end) = wal.append(b"x").unwrap();
+    assert!(matches!(
+        wal.wait_durable(Lsn(end.0 + 1)),
+        Err(Error::InvalidArgument(_))
+    ));
+    wal.wait_written(end).unwrap();
+    assert!(wal.has_unsynced());
+    wal.wait_durable(end).unwrap();
+    assert!(!wal.has_unsynced());
+    assert_eq!(wal.synced_lsn(), end);
+}
+
+// ---------------------------------------------------------------- tails
+
+/// A synced log on a `SimVfs` spanning several segments.
+fn sim_log(count: u64) -> (SimVfs, Records) {
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let records = append_n(&wal, 0, count, &[100, 37, 700, 260]);
+    assert!(wal.stats().segments_created >= 3);
+    (sim, records)
+}
+
+fn end_of(r: &(Lsn, Vec<u8>)) -> Lsn {
+    Lsn(r.0 .0 + (FRAME_HEADER_BYTES + r.1.len()) as u64)
+}
+
+#[test]
+fn truncated_file() {
+    for cut_back in [1u64, 10, 24, 25, 500, 1500] {
+        let (sim, records) = sim_log(100);
+        let end = end_of(records.last().unwrap());
+        let (name, off) = locate(&sim, Lsn(end.0 - 1));
+        let cut_lsn = Lsn(end.0 - cut_back);
+        let cut_off = off + 1 - cut_back as usize;
+        edit_file(&sim, &name, |b| b.truncate(cut_off));
+        let expected: Records = records
+            .iter()
+            .filter(|r| end_of(r) <= cut_lsn)
+            .cloned()
+            .collect();
+        assert!(expected.len() < records.len());
+        let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        assert_eq!(got, expected, "cut back {cut_back}");
+        assert!(
+            matches!(s.stop, StopReason::FileEnd | StopReason::ZeroedSpace),
+            "{:?}",
+            s.stop
+        );
+        check_reopen_cycle(
+            sim_arc(&sim),
+            SEG,
+            &expected,
+            &format!("cut back {cut_back}"),
+        );
+    }
+}
+
+#[test]
+fn truncated_header_drops_the_whole_use() {
+    let (sim, records) = sim_log(100);
+    let last = records.last().unwrap();
+    let (name, _) = locate(&sim, last.0);
+    let start = SegmentHeader::decode(&sim.file_bytes(&name).unwrap()[..4096])
+        .unwrap()
+        .start_lsn;
+    edit_file(&sim, &name, |b| b.truncate(100));
+    let expected: Records = records.iter().filter(|r| r.0 < start).cloned().collect();
+    check_reopen_cycle(sim_arc(&sim), SEG, &expected, "truncated header");
+}
+
+#[test]
+fn zeroed_region() {
+    let (sim, records) = sim_log(100);
+    let k = 90;
+    let (name, off) = locate(&sim, records[k].0);
+    edit_file(&sim, &name, |b| b[off..off + 300].fill(0));
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    assert_eq!(got, records[..k].to_vec());
+    assert_eq!(s.stop, StopReason::ZeroedSpace);
+    assert_eq!(s.end_lsn, records[k].0);
+    assert_eq!(
+        s.stopped_at,
+        Some(crate::error::Location::File {
+            name: name.clone(),
+            offset: off as u64
+        })
+    );
+    check_reopen_cycle(sim_arc(&sim), SEG, &records[..k].to_vec(), "zeroed");
+}
+
+#[test]
+fn flipped_byte_in_the_middle_stops_replay_there() {
+    let (sim, records) = sim_log(200);
+    // A record in a middle segment: later segments hold valid records that
+    // must never be returned.
+    let k = 80;
+    let (name, off) = locate(&sim, records[k].0);
+    let (last_name, _) = locate(&sim, records.last().unwrap().0);
+    assert_ne!(
+        name, last_name,
+        "record {k} must not be in the last segment"
+    );
+    for at in [off + 30, off + 2, off + 12, off + 20] {
+        let sim = sim.crash_with(0, CrashPolicy::KeepAll);
+        edit_file(&sim, &name, |b| b[at] ^= 0x10);
+        let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        assert_eq!(got, records[..k].to_vec(), "flip at {at}");
+        assert_eq!(s.end_lsn, records[k].0);
+        assert!(s.uses_abandoned >= 1, "{s:?}");
+        check_reopen_cycle(sim_arc(&sim), SEG, &records[..k].to_vec(), "flipped byte");
+    }
+}
+
+#[test]
+fn lsn_discontinuity_stops_replay() {
+    let (sim, records) = sim_log(100);
+    let k = 60;
+    let (name, off) = locate(&sim, records[k].0);
+    edit_file(&sim, &name, |b| {
+        let salt = u64::from_le_bytes(b[off + 16..off + 24].try_into().unwrap());
+        // A well-formed frame with a valid crc and salt, but the wrong LSN.
+        let forged = encode_frame(Lsn(records[k].0 .0 + 24), salt, &records[k].1);
+        b[off..off + forged.len()].copy_from_slice(&forged);
+    });
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    assert_eq!(got, records[..k].to_vec());
+    assert_eq!(s.stop, StopReason::LsnMismatch);
+    check_reopen_cycle(sim_arc(&sim), SEG, &records[..k].to_vec(), "lsn gap");
+}
+
+/// Builds a log where slot 0 was recycled: returns the vfs, the release
+/// point, the records at or after it, and the old salt of slot 0.
+fn recycled_log() -> (SimVfs, Lsn, Records, u64) {
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    // 488-byte frames: 25 per 12 KiB use, aligned at the same offsets in
+    // every use.
+    let size = 488 - 24;
+    let first_use = append_n(&wal, 0, 25, &[size]);
+    let old_salt = u64::from_le_bytes(
+        sim.file_bytes("db-wal.0").unwrap()[24..32]
+            .try_into()
+            .unwrap(),
+    );
+    let rest = append_n(&wal, 25, 50, &[size]);
+    let release = rest[0].0;
+    assert_eq!(
+        release,
+        end_of(first_use.last().unwrap()),
+        "use 2 starts here"
+    );
+    wal.release_before(release);
+    let more = append_n(&wal, 75, 5, &[size]);
+    assert_eq!(wal.stats().segments_recycled, 1);
+    assert_eq!(wal.segment_files(), 3);
+    let mut kept = rest;
+    kept.extend(more);
+    (sim, release, kept, old_salt)
+}
+
+#[test]
+fn stale_records_of_a_recycled_segment_are_rejected() {
+    let (sim, release, kept, _) = recycled_log();
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, release);
+    assert_eq!(got, kept);
+    // The frame after the new use's records is an old, intact one.
+    assert_eq!(s.stop, StopReason::StaleSalt);
+    check_reopen_cycle(sim_arc(&sim), SEG, &kept, "recycled");
+}
+
+#[test]
+fn stale_salt_alone_rejects_a_frame() {
+    let (sim, release, kept, old_salt) = recycled_log();
+    let end = end_of(kept.last().unwrap());
+    let (name, off) = locate(&sim, end);
+    assert_eq!(name, "db-wal.0");
+    // An old-use frame made to look continuous: right LSN, valid crc, but
+    // the previous use's salt.
+    edit_file(&sim, &name, |b| {
+        let forged = encode_frame(end, old_salt, &payload(999, 100));
+        b[off..off + forged.len()].copy_from_slice(&forged);
+    });
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, release);
+    assert_eq!(got, kept);
+    assert_eq!(s.stop, StopReason::StaleSalt);
+}
+
+#[test]
+fn torn_tail_after_crash() {
+    for seed in 0..200u64 {
+        let sim = SimVfs::new();
+        let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        let synced = append_n(&wal, 0, 20, &[300, 50]);
+        let mut all = synced.clone();
+        for i in 0..(seed % 40) {
+            let p = payload(100 + i, 30 + (i as usize * 97) % 700);
+            let (lsn, end) = wal.append(&p).unwrap();
+            wal.wait_written(end).unwrap();
+            all.push((lsn, p));
+        }
+        let crashed = sim.crash(seed);
+        drop(wal);
+        let (_, got, _) = open_collect(sim_arc(&crashed), SEG, Lsn(0));
+        assert!(
+            got.len() >= synced.len(),
+            "seed {seed}: lost synced records"
+        );
+        assert_eq!(got, all[..got.len()].to_vec(), "seed {seed}: not a prefix");
+        check_reopen_cycle(sim_arc(&crashed), SEG, &got, &format!("seed {seed}"));
+    }
+}
+
+// ---------------------------------------------------------------- crashes
+
+/// Several threads append with `wait_durable`; a crash image is taken at a
+/// seed-chosen moment. Returns (all records in LSN order, acknowledged end
+/// before the crash, the crash image).
+fn concurrent_crash_run(seed: u64, threads: u64, per_thread: u64) -> (Records, Lsn, SimVfs) {
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let wal = Arc::new(wal);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let acked = Arc::new(Mutex::new(Lsn(0)));
+    let appended = Arc::new(AtomicUsize::new(0));
+    let crash_after = (seed.wrapping_mul(2_654_435_761) % (threads * per_thread + 10)) as usize;
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (wal, log, acked, appended) = (
+                Arc::clone(&wal),
+                Arc::clone(&log),
+                Arc::clone(&acked),
+                Arc::clone(&appended),
+            );
+            thread::spawn(move || {
+                for i in 0..per_thread {
+                    let p = payload(t * 1000 + i, 20 + ((seed + t * 7 + i * 13) % 400) as usize);
+                    let (lsn, end) = wal.append(&p).unwrap();
+                    log.lock().push((lsn, p));
+                    appended.fetch_add(1, Ordering::SeqCst);
+                    // Mixed: mostly durable waits, some written-only.
+                    if (i + t) % 4 == 3 {
+                        wal.wait_written(end).unwrap();
+                    } else {
+                        wal.wait_durable(end).unwrap();
+                        let mut a = acked.lock();
+                        *a = (*a).max(end);
+                    }
+                }
+            })
+        })
+        .collect();
+    let crash = {
+        let start = Instant::now();
+        while appended.load(Ordering::SeqCst) < crash_after
+            && start.elapsed() < Duration::from_secs(10)
+            && workers.iter().any(|w| !w.is_finished())
+        {
+            thread::yield_now();
+        }
+        let acked_before = *acked.lock();
+        (acked_before, sim.crash(seed))
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut all = log.lock().clone();
+    all.sort();
+    (all, crash.0, crash.1)
+}
+
+#[test]
+fn crash_with_concurrent_durable_commits() {
+    for seed in 0..300u64 {
+        let (all, acked, image) = concurrent_crash_run(seed, 4, 25);
+        let (_, got, s) = open_collect(sim_arc(&image), SEG, Lsn(0));
+        assert_eq!(got, all[..got.len()].to_vec(), "seed {seed}: not a prefix");
+        assert!(
+            s.end_lsn >= acked,
+            "seed {seed}: acknowledged up to {acked:?} but replay ended at {:?}",
+            s.end_lsn
+        );
+        if seed % 10 == 0 {
+            check_reopen_cycle(sim_arc(&image), SEG, &got, &format!("seed {seed}"));
+        }
+    }
+}
+
+#[test]
+fn crash_while_recycling() {
+    for seed in 0..150u64 {
+        let sim = SimVfs::new();
+        let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        let mut all: Records = Vec::new();
+        let mut acked = Lsn(0);
+        let mut released = Lsn(0);
+        let steps = 100 + seed % 200;
+        for i in 0..steps {
+            let p = payload(i, 50 + ((seed * 31 + i * 17) % 600) as usize);
+            let (lsn, end) = wal.append(&p).unwrap();
+            all.push((lsn, p));
+            if i % 3 == 0 {
+                wal.wait_durable(end).unwrap();
+                acked = end;
+                // "Checkpoint" everything 30 records back.
+                if all.len() > 30 {
+                    released = all[all.len() - 30].0;
+                    wal.release_before(released);
+                }
+            } else if i % 3 == 1 {
+                wal.wait_written(end).unwrap();
+            }
+        }
+        let image = sim.crash(seed);
+        assert!(
+            wal.segment_files() <= 6,
+            "seed {seed}: {} files",
+            wal.segment_files()
+        );
+        drop(wal);
+        let (_, got, _) = open_collect(sim_arc(&image), SEG, released);
+        let want: Records = all.iter().filter(|r| r.0 >= released).cloned().collect();
+        assert_eq!(got, want[..got.len()].to_vec(), "seed {seed}: not a prefix");
+        let got_end = got.last().map_or(released, end_of);
+        assert!(got_end >= acked, "seed {seed}: lost acknowledged records");
+    }
+}
+
+// ---------------------------------------------------------------- poisoning
+
+#[derive(Debug, Default)]
+struct Outcome {
+    all: Records,
+    acked: Lsn,
+    first_error_seen: bool,
+}
+
+/// A small single-threaded workload; checks poisoning rules as it goes.
+fn poison_workload(sim: &SimVfs, ctx: &str) -> Outcome {
+    let mut out = Outcome::default();
+    let wal = match open(sim_arc(sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())) {
+        Ok((wal, _)) => wal,
+        Err(e) => {
+            assert!(matches!(e, Error::Io(_)), "{ctx}: open failed with {e:?}");
+            out.first_error_seen = true;
+            return out;
+        }
+    };
+    let check = |r: Result<()>, out: &mut Outcome, wal: &Wal| match r {
+        Ok(()) => assert!(!out.first_error_seen, "{ctx}: success after an error"),
+        Err(e) => {
+            if out.first_error_seen {
+                assert!(matches!(e, Error::Poisoned), "{ctx}: later error {e:?}");
+            } else {
+                assert!(matches!(e, Error::Io(_)), "{ctx}: first error {e:?}");
+                out.first_error_seen = true;
+            }
+            assert!(wal.is_poisoned(), "{ctx}");
+        }
+    };
+    for i in 0..40u64 {
+        let p = payload(i, 100 + (i as usize * 211) % 1500);
+        match wal.append(&p) {
+            Ok((lsn, end)) => {
+                out.all.push((lsn, p));
+                let r = match i % 3 {
+                    0 => wal.wait_durable(end),
+                    1 => wal.wait_written(end),
+                    _ => Ok(()),
+                };
+                if r.is_ok() && i % 3 == 0 {
+                    out.acked = end;
+                }
+                check(r, &mut out, &wal);
+            }
+            Err(e) => {
+                assert!(matches!(e, Error::Poisoned), "{ctx}: append error {e:?}");
+                assert!(out.first_error_seen, "{ctx}");
+            }
+        }
+    }
+    let r = wal.sync();
+    check(r, &mut out, &wal);
+    out
+}
+
+#[test]
+fn io_errors_poison_and_reopen_shows_a_prefix() {
+    let clean = SimVfs::new();
+    poison_workload(&clean, "no fault");
+    let total_ops = clean.op_count();
+    assert!(total_ops > 20);
+    for fault in [Fault::Eio, Fault::NoSpace, Fault::ShortWrite] {
+        for n in 1..=total_ops + 1 {
+            let ctx = format!("{fault:?} at op {n}");
+            let sim = SimVfs::new();
+            sim.fail_op(n, fault);
+            let out = poison_workload(&sim, &ctx);
+            sim.clear_faults();
+            for (image, what) in [
+                (sim.crash_with(n, CrashPolicy::KeepAll), "process crash"),
+                (sim.crash(n), "power loss"),
+            ] {
+                let (_, got, s) = open_collect(sim_arc(&image), SEG, Lsn(0));
+                assert_eq!(
+                    got,
+                    out.all[..got.len()].to_vec(),
+                    "{ctx} {what}: not a prefix"
+                );
+                assert!(
+                    s.end_lsn >= out.acked,
+                    "{ctx} {what}: lost acknowledged records"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn dead_disk_poisons_every_thread_without_hanging() {
+    for n in [5u64, 20, 60, 150] {
+        with_watchdog(Duration::from_secs(60), move || {
+            let sim = SimVfs::new();
+            let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+            let wal = Arc::new(wal);
+            sim.fail_from(n, Fault::Eio);
+            let io_errors = Arc::new(AtomicUsize::new(0));
+            let workers: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let (wal, io_errors) = (Arc::clone(&wal), Arc::clone(&io_errors));
+                    thread::spawn(move || {
+                        let mut failed = false;
+                        for i in 0..50 {
+                            let r = wal
+                                .append(&payload(t * 100 + i, 200))
+                                .and_then(|(_, end)| wal.wait_durable(end));
+                            match r {
+                                Ok(()) => assert!(!failed, "success after failure"),
+                                Err(Error::Io(_)) => {
+                                    io_errors.fetch_add(1, Ordering::SeqCst);
+                                    failed = true;
+                                }
+                                Err(Error::Poisoned) => failed = true,
+                                Err(e) => panic!("unexpected {e:?}"),
+                            }
+                        }
+                        failed
+                    })
+                })
+                .collect();
+            let saw_failure: Vec<bool> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+            assert!(
+                saw_failure.iter().any(|&f| f),
+                "n {n}: nobody saw the dead disk"
+            );
+            assert!(wal.is_poisoned());
+            assert_eq!(
+                io_errors.load(Ordering::SeqCst),
+                1,
+                "only the leader sees Io"
+            );
+            assert!(matches!(wal.append(b"late"), Err(Error::Poisoned)));
+            assert!(matches!(wal.sync(), Err(Error::Poisoned)));
+        });
+    }
+}
+
+// ---------------------------------------------------------------- group commit
+
+/// A `MemVfs` whose `sync_data` takes a while, like a real disk.
+#[derive(Debug, Clone)]
+struct SlowSyncVfs {
+    inner: MemVfs,
+    sync_delay: Duration,
+}
+
+#[derive(Debug)]
+struct SlowSyncFile {
+    inner: Arc<dyn Storage>,
+    sync_delay: Duration,
+}
+
+impl Storage for SlowSyncFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.inner.write_vectored_at(offset, bufs)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        thread::sleep(self.sync_delay);
+        self.inner.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl Vfs for SlowSyncVfs {
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>> {
+        Ok(Arc::new(SlowSyncFile {
+            inner: self.inner.open(name, mode)?,
+            sync_delay: self.sync_delay,
+        }))
+    }
+    fn exists(&self, name: &str) -> io::Result<bool> {
+        self.inner.exists(name)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        self.inner.sync_dir()
+    }
+    fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
+        self.inner.lock(name)
+    }
+}
+
+#[test]
+fn group_commit_stress() {
+    const THREADS: u64 = 16;
+    const PER_THREAD: u64 = 2000;
+    const REPEATS: u64 = 3;
+    with_watchdog(Duration::from_secs(120), || {
+        let vfs: Arc<dyn Vfs> = Arc::new(SlowSyncVfs {
+            inner: MemVfs::new(),
+            sync_delay: Duration::from_micros(100),
+        });
+        let mut expected_total = 0u64;
+        for rep in 0..REPEATS {
+            let (wal, before, _) = open_collect(Arc::clone(&vfs), 1 << 20, Lsn(0));
+            assert_eq!(before.len() as u64, expected_total);
+            let wal = Arc::new(wal);
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let wal = Arc::clone(&wal);
+                    thread::spawn(move || {
+                        for i in 0..PER_THREAD {
+                            let tag = (rep << 40) | (t << 20) | i;
+                            let (_, end) = wal.append(&payload(tag, 50)).unwrap();
+                            // A quarter of the threads use written-only waits.
+                            if t % 4 == 3 {
+                                wal.wait_written(end).unwrap();
+                            } else {
+                                wal.wait_durable(end).unwrap();
+                                assert!(wal.synced_lsn() >= end);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
+            }
+            wal.sync().unwrap();
+            let stats = wal.stats();
+            let commits = THREADS * PER_THREAD;
+            assert_eq!(stats.records, commits);
+            assert!(
+                stats.syncs * 3 < commits,
+                "group commit did not share syncs: {stats:?}"
+            );
+            expected_total += commits;
+            drop(wal);
+            // Every record replays, each thread's in its order.
+            let (_, got, _) = open_collect(Arc::clone(&vfs), 1 << 20, Lsn(0));
+            assert_eq!(got.len() as u64, expected_total);
+            let mut next = std::collections::HashMap::new();
+            let mut seen = HashSet::new();
+            for (_, p) in &got {
+                let tag = u64::from_le_bytes(p[..8].try_into().unwrap());
+                assert!(seen.insert(tag), "record {tag:#x} twice");
+                let key = tag >> 20;
+                let i = tag & 0xF_FFFF;
+                let want = next.entry(key).or_insert(0u64);
+                assert_eq!(i, *want, "thread order");
+                *want += 1;
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------- recycling
+
+#[test]
+fn recycling_keeps_the_file_count_bounded() {
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let mut all: Records = Vec::new();
+    let mut released = Lsn(0);
+    let mut max_files = 0;
+    for i in 0..5000u64 {
+        let p = payload(i, 150 + (i as usize * 37) % 200);
+        let (lsn, end) = wal.append(&p).unwrap();
+        all.push((lsn, p));
+        if i % 10 == 0 {
+            wal.wait_durable(end).unwrap();
+        }
+        if i >= 60 && i % 20 == 0 {
+            released = all[i as usize - 60].0;
+            wal.release_before(released);
+        }
+        max_files = max_files.max(wal_files(&sim.file_names()));
+    }
+    wal.sync().unwrap();
+    let stats = wal.stats();
+    // ~1.3 MB of records through 12 KiB uses: ~100 uses in a handful of files.
+    assert!(stats.segments_recycled > 80, "{stats:?}");
+    assert!(max_files <= 5, "{max_files} segment files");
+    assert_eq!(wal.segment_files(), wal_files(&sim.file_names()));
+    drop(wal);
+    let want: Records = all.iter().filter(|r| r.0 >= released).cloned().collect();
+    let (_, got, _) = open_collect(sim_arc(&sim), SEG, released);
+    assert_eq!(got, want);
+    // Files are preallocated to the segment size once and then overwritten.
+    for name in sim.file_names() {
+        assert_eq!(sim.file_bytes(&name).unwrap().len() as u64, SEG, "{name}");
+    }
+}
+
+#[test]
+fn abandoned_and_mis_sized_segments_are_reused() {
+    let (sim, records) = sim_log(200);
+    // Damage a middle segment: every later use is abandoned.
+    let k = 80;
+    let (name, off) = locate(&sim, records[k].0);
+    edit_file(&sim, &name, |b| b[off + 30] ^= 1);
+    // A stray segment file of the wrong size, with no valid header.
+    sim.set_file_bytes("db-wal.20", vec![7u8; 5000]);
+    let files_before = wal_files(&sim.file_names());
+    let (wal, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    assert_eq!(got, records[..k].to_vec());
+    assert!(s.uses_abandoned >= 1);
+    let new = append_n(&wal, 5000, 100, &[300]);
+    let stats = wal.stats();
+    assert_eq!(stats.segments_created, 0, "{stats:?}");
+    assert!(stats.segments_recycled >= 2);
+    assert_eq!(wal_files(&sim.file_names()), files_before);
+    drop(wal);
+    let mut all = records[..k].to_vec();
+    all.extend(new);
+    check_reopen_cycle(sim_arc(&sim), SEG, &all, "abandoned reuse");
+    assert_eq!(sim.file_bytes("db-wal.20").unwrap().len() as u64, SEG);
+}
+
+// ---------------------------------------------------------------- flusher
+
+#[test]
+fn flusher_syncs_eventual_commits_and_stops_on_drop() {
+    let (wal, _, _) = open_collect(Arc::new(MemVfs::new()), SEG, Lsn(0));
+    let wal = Arc::new(wal);
+    let handle = wal.start_flusher(Duration::from_millis(2));
+    let (_, end) = wal.append(b"eventual").unwrap();
+    wal.wait_written(end).unwrap();
+    let start = Instant::now();
+    while wal.synced_lsn() < end {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "flusher never synced"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    let t = Instant::now();
+    drop(handle);
+    assert!(t.elapsed() < Duration::from_secs(5));
+
+    // The flusher does not keep the WAL alive, and exits once it is gone.
+    let handle = wal.start_flusher(Duration::from_millis(1));
+    let weak = Arc::downgrade(&wal);
+    drop(wal);
+    thread::sleep(Duration::from_millis(20));
+    assert!(weak.upgrade().is_none());
+    drop(handle);
+}
+
+#[test]
+fn wal_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Wal>();
+    check::<FlusherHandle>();
+    let _unused = AtomicBool::new(false);
+}
+
+use parking_lot::Mutex;
