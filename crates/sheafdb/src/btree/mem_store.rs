@@ -33,6 +33,10 @@ pub(crate) struct MemStore {
     /// Keep freed committed runs readable (for snapshots); off for
     /// benchmarks that would otherwise keep every version in memory.
     pub keep_freed: bool,
+    /// Count bad frees in `bad_frees` instead of panicking (for mutating
+    /// deliberately corrupted trees).
+    pub lenient: bool,
+    pub bad_frees: u64,
 }
 
 impl MemStore {
@@ -48,6 +52,8 @@ impl MemStore {
             allocs: 0,
             frees: 0,
             keep_freed: true,
+            lenient: false,
+            bad_frees: 0,
         }
     }
 
@@ -131,6 +137,10 @@ impl PageWrite for MemStore {
 
     fn free(&mut self, id: PageId, npages: u32) {
         self.frees += 1;
+        if self.lenient && self.live.get(&id) != Some(&npages) {
+            self.bad_frees += 1;
+            return;
+        }
         match self.live.remove(&id) {
             Some(n) => assert_eq!(n, npages, "free of {id} with the wrong length"),
             None => panic!("double free or free of unknown run {id}"),

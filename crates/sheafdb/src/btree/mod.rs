@@ -1,7 +1,7 @@
 //! Copy-on-write B+tree over byte-string keys ordered by plain byte
 //! comparison.
 //!
-//! Owns: the page format of tree pages ([`node`]), search, the
+//! Owns: the page format of tree pages (module `node`), search, the
 //! double-ended range [`Cursor`], copy-on-write insertion and deletion with
 //! splits and merges, overflow runs for large values, and the integrity
 //! [`walk`]. A tree is described by a [`TreeRoot`] (root page and exact entry

@@ -287,6 +287,9 @@ fn put_impl<S: PageWrite + ?Sized>(
         return Ok((false, None));
     };
     let d = descend(store, root_id, Target::Key(key))?;
+    if !d.found && root.len == u64::MAX {
+        return Err(Error::corrupted_page(root_id, "entry count overflow"));
+    }
     let (mut old, mut old_run) = (None, None);
     if d.found {
         let cell = NodeRef::parse(&d.page, d.leaf, ps)?.leaf_cell(d.pos)?;

@@ -724,6 +724,51 @@ fn corruption_never_panics() {
     assert!(errors > 100, "only {errors} corruptions detected");
 }
 
+/// Mutating a corrupted tree must give Ok or Err, never a panic (the
+/// store is told to tolerate the bad frees corruption leads to).
+#[test]
+fn corrupted_tree_mutations_never_panic() {
+    let mut rng = StdRng::seed_from_u64(78);
+    let mut base = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    for _ in 0..1200 {
+        let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
+        insert(&mut base, &mut root, &k, &v).unwrap();
+    }
+    base.commit();
+    base.lenient = true;
+    let runs: Vec<(PageId, u32)> = base.live().iter().map(|(a, b)| (*a, *b)).collect();
+    let (mut errors, mut bad_frees) = (0, 0);
+    for _ in 0..300 {
+        let mut s = base.clone();
+        let mut root = root;
+        for _ in 0..rng.gen_range(2..10) {
+            let (id, npages) = runs[rng.gen_range(0..runs.len())];
+            let off = rng.gen_range(0..(npages as usize * PS).min(400));
+            s.corrupt(id, off, rng.gen());
+        }
+        for _ in 0..200 {
+            let k = gen_key(&mut rng);
+            let r = match rng.gen_range(0..6) {
+                0 | 1 => insert(&mut s, &mut root, &k, &gen_value(&mut rng)).map(drop),
+                2 | 3 => remove(&mut s, &mut root, &k).map(drop),
+                4 => pop_first(&mut s, &mut root).map(drop),
+                _ => pop_last(&mut s, &mut root).map(drop),
+            };
+            if let Err(e) = r {
+                assert!(e.is_corrupted(), "{e}");
+                errors += 1;
+                break;
+            }
+        }
+        let _ = walk(&s, &root, &mut |_, _, _| {});
+        let _ = clear(&mut s, &mut root);
+        bad_frees += s.bad_frees;
+    }
+    eprintln!("corrupted mutations: {errors} errors, {bad_frees} bad frees");
+    assert!(errors > 30, "only {errors} errors");
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;

@@ -49,6 +49,8 @@ use crate::types::{CfId, Lsn, PageId, Version};
 struct Plan {
     cf: Arc<CfShared>,
     snapshot: Arc<CfVersion>,
+    /// The CF's extents when its free space at `snapshot` was computed.
+    extents: Mutex<Vec<crate::format::records::PageRange>>,
 }
 
 impl DbShared {
@@ -77,24 +79,29 @@ impl DbShared {
             descriptors.push((p.cf.id, desc));
             runs.append(&mut r);
         }
+        let persisted = |cf: CfId| -> Option<Vec<crate::format::records::PageRange>> {
+            match plans.iter().find(|p| p.cf.id == cf) {
+                Some(p) => Some(p.extents.lock().clone()),
+                None => cfs
+                    .iter()
+                    .find(|c| c.id == cf)
+                    .map(|c| c.persisted_extents.lock().clone()),
+            }
+        };
         let replay_lsn = replay_floor(&cfs, &plans, log_end);
         if descriptors.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
-        if let Err(e) = self.write_checkpoint(&mut sys, &runs, descriptors, replay_lsn) {
+        if let Err(e) =
+            self.write_checkpoint_with(&mut sys, &runs, descriptors, replay_lsn, &persisted)
+        {
             self.poison();
             return Err(e);
         }
         for p in &plans {
             *p.cf.base.lock() = (p.snapshot.version, p.snapshot.lsn);
-            let forget = {
-                let mut a = p.cf.alloc.lock();
-                a.checkpoint_done(p.snapshot.version);
-                a.take_forgettable()
-            };
-            for id in forget {
-                self.pager.forget(id);
-            }
+            *p.cf.persisted_extents.lock() = p.extents.lock().clone();
+            p.cf.alloc.lock().checkpoint_done(p.snapshot.version);
         }
         self.wal().release_before(replay_lsn);
         Ok(())
@@ -105,6 +112,7 @@ impl DbShared {
         let s = &p.snapshot;
         let (dirty, free) = {
             let a = p.cf.alloc.lock();
+            *p.extents.lock() = a.extents().to_vec();
             (a.dirty_runs(s.version), a.free_at(s.version))
         };
         let store = ReadPages::new(self.clone(), p.cf.id);
@@ -125,7 +133,8 @@ impl DbShared {
         Ok((desc, runs))
     }
 
-    /// Writes `runs` and the given CF descriptors as a new durable base.
+    /// Writes `runs` and the given CF descriptors as a new durable base,
+    /// recording every extent as currently owned (no writer is running).
     pub(crate) fn write_checkpoint(
         self: &Arc<Self>,
         sys: &mut SysState,
@@ -133,8 +142,24 @@ impl DbShared {
         descriptors: Vec<(CfId, CfDescriptor)>,
         replay_lsn: Lsn,
     ) -> Result<()> {
+        let extents = self.extents.lock().clone();
+        let all = |cf: CfId| Some(extents.extents_of(cf));
+        self.write_checkpoint_with(sys, runs, descriptors, replay_lsn, &all)
+    }
+
+    /// Writes `runs` and the given CF descriptors as a new durable base;
+    /// `persisted(cf)` lists the extents each CF's descriptor accounts for.
+    fn write_checkpoint_with(
+        self: &Arc<Self>,
+        sys: &mut SysState,
+        runs: &[(PageId, PageRef)],
+        descriptors: Vec<(CfId, CfDescriptor)>,
+        replay_lsn: Lsn,
+        persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
+    ) -> Result<()> {
         let mut sp = TxnPages::new(self.clone(), CfId::SYSTEM, sys.alloc.clone());
-        let result = self.write_checkpoint_inner(sys, &mut sp, runs, descriptors, replay_lsn);
+        let result =
+            self.write_checkpoint_inner(sys, &mut sp, runs, descriptors, replay_lsn, persisted);
         if result.is_err() {
             sp.rollback();
         }
@@ -148,6 +173,7 @@ impl DbShared {
         runs: &[(PageId, PageRef)],
         descriptors: Vec<(CfId, CfDescriptor)>,
         replay_lsn: Lsn,
+        persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<()> {
         let mut root = sys.root;
         for (cf, desc) in &descriptors {
@@ -164,7 +190,7 @@ impl DbShared {
             let ok = released_set.insert(p.0, n as u64);
             assert!(ok, "system page {p} freed twice in one checkpoint");
         }
-        let meta = self.build_meta(sp, &sys.alloc.clone(), &released_set)?;
+        let meta = self.build_meta(sp, &sys.alloc.clone(), &released_set, persisted)?;
         let mut all: Vec<(PageId, PageRef)> = runs.to_vec();
         all.extend(sp.private_runs());
         self.pager.write_runs(&all)?;
@@ -215,15 +241,16 @@ impl DbShared {
         sp: &mut TxnPages,
         sys_alloc: &Mutex<CfAllocator>,
         released: &RangeSet,
+        persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<(PageId, u32, u32, u64)> {
         use crate::btree::store::PageWrite;
         let ps = self.pager.page_size();
         let mut slack = 256usize;
         for _attempt in 0..8 {
-            let estimate = self.encode_meta(sys_alloc, released).len() + slack;
+            let estimate = self.encode_meta(sys_alloc, released, persisted).len() + slack;
             let npages = pages_for_payload(ps, estimate);
             let id = sp.alloc(npages)?;
-            let blob = self.encode_meta(sys_alloc, released);
+            let blob = self.encode_meta(sys_alloc, released, persisted);
             if HEADER_LEN + blob.len() <= npages as usize * ps {
                 let mut run = PageBuf::new_run(ps, npages, PageType::Blob, id, CfId::SYSTEM);
                 run.bytes_mut()[HEADER_LEN..HEADER_LEN + blob.len()].copy_from_slice(&blob);
@@ -241,7 +268,12 @@ impl DbShared {
         ))
     }
 
-    fn encode_meta(&self, sys_alloc: &Mutex<CfAllocator>, released: &RangeSet) -> Vec<u8> {
+    fn encode_meta(
+        &self,
+        sys_alloc: &Mutex<CfAllocator>,
+        released: &RangeSet,
+        persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
+    ) -> Vec<u8> {
         // The system's in-flight pages are the new base's own pages: only
         // what is free now (and what the old base used) is free in it.
         let mut sys_free = sys_alloc.lock().free_set().clone();
@@ -250,7 +282,13 @@ impl DbShared {
         let extents = self.extents.lock();
         MetaBlob {
             file_pages: extents.file_pages(),
-            extents: extents.to_records(),
+            extents: extents.to_records_as_persisted(&|cf| {
+                if cf == CfId::SYSTEM {
+                    Some(extents.extents_of(cf))
+                } else {
+                    persisted(cf)
+                }
+            }),
             sys_free: sys_free.to_vec(),
         }
         .encode()
@@ -270,6 +308,7 @@ fn plan(cfs: &[Arc<CfShared>], extra: Option<(Arc<CfShared>, Arc<CfVersion>)>) -
             plans.push(Plan {
                 cf: cf.clone(),
                 snapshot,
+                extents: Mutex::new(Vec::new()),
             });
         }
     }

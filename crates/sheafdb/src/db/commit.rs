@@ -60,14 +60,7 @@ impl DbShared {
         let (_, end) = self.wal().append(payload).inspect_err(|_| self.poison())?;
         self.install_version(cf, st, &mut lock, version, end);
         drop(lock);
-        let durable = match durability {
-            Durability::Immediate => self.wal().wait_durable(end),
-            Durability::Eventual => self.wal().wait_written(end),
-            Durability::None => Ok(()),
-        };
-        if durable.is_err() {
-            self.poison();
-        }
+        let durable = self.wait_durability(end, durability);
         cf.publish(version, durable)
     }
 
@@ -93,6 +86,21 @@ impl DbShared {
         let published = cf.publish(version, Ok(()));
         drop(lock);
         published
+    }
+
+    /// Waits until the log up to `end` is as durable as `durability`
+    /// promises (group commit for `Immediate`). A failure poisons.
+    pub(crate) fn wait_durability(&self, end: Lsn, durability: Durability) -> Result<()> {
+        let end = end.min(self.wal().next_lsn());
+        let r = match durability {
+            Durability::Immediate => self.wal().wait_durable(end),
+            Durability::Eventual => self.wal().wait_written(end),
+            Durability::None => Ok(()),
+        };
+        if r.is_err() {
+            self.poison();
+        }
+        r
     }
 
     /// Turns a transaction's state into a committed version: the CF's new

@@ -115,6 +115,8 @@ pub(crate) struct DbShared {
     pub dirty_pages: Arc<AtomicU64>,
     /// WAL position when the last checkpoint started (trigger by WAL bytes).
     pub last_checkpoint_lsn: AtomicU64,
+    /// WAL records applied by recovery when this database was opened.
+    pub replayed_records: AtomicU64,
     signal: CheckpointSignal,
     threads: Mutex<Threads>,
     poisoned: AtomicBool,
@@ -452,6 +454,17 @@ impl Database {
             .wal()
             .sync()
             .inspect_err(|_| self.shared.poison())
+    }
+
+    /// WAL records recovery applied when this database was opened (0 after
+    /// a clean close).
+    pub fn replayed_records(&self) -> u64 {
+        self.shared.replayed_records.load(Ordering::Relaxed)
+    }
+
+    /// Bytes committed but not yet written by a checkpoint.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.shared.dirty_bytes()
     }
 
     /// Statistics of the WAL (records, bytes, syncs).

@@ -77,10 +77,16 @@ fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()>
     let from = shared.sys.lock().replay_lsn.max(FIRST_LSN);
     let opts = wal_options_for(shared);
     let mut replayer = Replayer::new(shared.clone());
-    let (wal, _summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
+    let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
         replayer.apply(lsn, payload)
     })?;
+    if std::env::var_os("SHEAF_TRACE").is_some() {
+        eprintln!("replay from {from:?}: {summary:?}");
+    }
     shared.wal.set(Arc::new(wal)).expect("WAL opened once");
+    shared
+        .replayed_records
+        .store(replayer.applied, std::sync::atomic::Ordering::Relaxed);
     replayer.finish()
 }
 
@@ -187,6 +193,7 @@ fn new_shared(
         wal: OnceLock::new(),
         dirty_pages: Arc::new(AtomicU64::new(0)),
         last_checkpoint_lsn: AtomicU64::new(0),
+        replayed_records: AtomicU64::new(0),
         signal: Default::default(),
         threads: parking_lot::Mutex::new(Threads::default()),
         poisoned: AtomicBool::new(false),

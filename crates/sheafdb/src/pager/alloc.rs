@@ -110,6 +110,29 @@ impl ExtentMap {
         v
     }
 
+    /// Persisted form in which an extent owned by a CF is recorded as owned
+    /// only if `persisted(cf)` lists it (the extents the CF's persisted
+    /// descriptor accounts for); extents claimed since are recorded as free
+    /// — no page in them is live in the durable base.
+    pub fn to_records_as_persisted(
+        &self,
+        persisted: &dyn Fn(CfId) -> Option<Vec<PageRange>>,
+    ) -> Vec<ExtentRecord> {
+        let mut cache: std::collections::HashMap<CfId, Vec<PageRange>> = Default::default();
+        let mut v = self.to_records();
+        for e in &mut v {
+            if let Some(cf) = e.owner {
+                let known = cache
+                    .entry(cf)
+                    .or_insert_with(|| persisted(cf).unwrap_or_default());
+                if !known.contains(&e.range) {
+                    e.owner = None;
+                }
+            }
+        }
+        v
+    }
+
     /// File length in pages.
     pub fn file_pages(&self) -> u64 {
         self.file_pages
@@ -263,9 +286,6 @@ pub struct CfAllocator {
     freed: BTreeMap<u64, Freed>,
     base_version: Version,
     released: ReleasedPages,
-    /// Runs that became free since the last `take_forgettable`: their
-    /// cached copies (possibly never written) can be dropped.
-    forgettable: Vec<PageId>,
     /// Shared count of pages in `recent` over all CFs (checkpoint trigger).
     dirty_counter: Arc<AtomicU64>,
 }
@@ -309,7 +329,6 @@ impl CfAllocator {
             freed: BTreeMap::new(),
             base_version: Version(0),
             released: Arc::new(Mutex::new(Vec::new())),
-            forgettable: Vec::new(),
             dirty_counter: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -357,14 +376,23 @@ impl CfAllocator {
         self.recent.values().map(|&(n, _)| n as u64).sum()
     }
 
-    /// Runs committed after the durable base at versions ≤ `upto`: the
-    /// candidates a checkpoint of `upto` may have to write.
+    /// Runs allocated after the durable base and live at version `upto`:
+    /// exactly what a checkpoint of `upto` must write. This includes runs a
+    /// later commit already freed (the snapshot still reaches them).
     pub fn dirty_runs(&self, upto: Version) -> std::collections::HashMap<PageId, u32> {
-        self.recent
+        let live_recent = self
+            .recent
             .iter()
             .filter(|(_, &(_, a))| a <= upto)
-            .map(|(&p, &(n, _))| (PageId(p), n))
-            .collect()
+            .map(|(&p, &(n, _))| (PageId(p), n));
+        let live_freed = self
+            .freed
+            .iter()
+            .filter(|(_, f)| {
+                f.allocated_at > self.base_version && f.allocated_at <= upto && f.freed_at > upto
+            })
+            .map(|(&p, f)| (PageId(p), f.npages));
+        live_recent.chain(live_freed).collect()
     }
 
     /// Free space of the CF as of version `at` (≥ the durable base, ≤ the
@@ -418,16 +446,9 @@ impl CfAllocator {
                 let ok = self.free.insert(p.0, n as u64);
                 assert!(ok, "released run {p} was already free in cf {}", self.cf);
                 now_free.push((p, n));
-                self.forgettable.push(p);
             }
         }
         now_free
-    }
-
-    /// Runs that became free since the last call; the caller drops their
-    /// cached copies.
-    pub fn take_forgettable(&mut self) -> Vec<PageId> {
-        std::mem::take(&mut self.forgettable)
     }
 
     /// Records that a checkpoint of version `at` is durable: it is the new
@@ -459,7 +480,6 @@ impl CfAllocator {
             let ok = self.free.insert(p, f.npages as u64);
             assert!(ok, "run {p} freed twice in cf {}", self.cf);
             now_free.push((PageId(p), f.npages));
-            self.forgettable.push(PageId(p));
         }
         now_free
     }
@@ -649,7 +669,25 @@ mod tests {
         );
         a.checkpoint_done(Version(2));
         assert!(a.free_set().contains_all(p.0, 1));
-        assert_eq!(a.take_forgettable(), vec![p]);
+    }
+
+    #[test]
+    fn a_run_freed_after_the_snapshot_is_still_dirty_at_it() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        let p = a.alloc(1, &map);
+        a.commit(Version(1), &[(p, 1)], &[]);
+        a.commit(Version(2), &[], &[(p, 1)]);
+        assert!(
+            a.dirty_runs(Version(1)).contains_key(&p),
+            "live at v1, never written"
+        );
+        assert!(!a.dirty_runs(Version(2)).contains_key(&p), "freed at v2");
+        a.checkpoint_done(Version(1));
+        assert!(
+            !a.dirty_runs(Version(1)).contains_key(&p),
+            "now in the base"
+        );
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub(crate) struct CfShared {
     published: parking_lot::Condvar,
     /// (version, lsn) of the durable base of this CF.
     pub base: Mutex<(Version, Lsn)>,
+    /// Extents the CF's persisted descriptor accounts for (its free list
+    /// covers exactly these); extents claimed later are persisted as free.
+    pub persisted_extents: Mutex<Vec<crate::format::records::PageRange>>,
 }
 
 impl CfShared {
@@ -112,6 +115,7 @@ impl CfShared {
         CfShared {
             id,
             name,
+            persisted_extents: Mutex::new(alloc.extents().to_vec()),
             base: Mutex::new((version.version, version.lsn)),
             writer: Arc::new(Mutex::new(WriterSlot {
                 head: version.clone(),
@@ -550,7 +554,10 @@ impl WriteTransaction {
         }
         st.flush_tables()?;
         if !st.catalog_changed && !st.pages.is_dirty() {
-            return Ok(());
+            // Nothing to log, but the state this transaction read must be
+            // as durable as its mode promises.
+            drop(lock);
+            return self.shared.wait_durability(st.base.lsn, self.durability);
         }
         let result = self.shared.commit(&self.cf, &mut st, lock, self.durability);
         if result.is_err() {

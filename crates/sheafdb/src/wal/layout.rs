@@ -17,7 +17,7 @@
 //! Must not know: payload contents, files, group commit.
 
 use super::frame::{encode_header, PayloadCrc, FRAME_HEADER_BYTES};
-use super::segment::{fresh_salt, SegmentHeader, HEADER_BLOCK_BYTES};
+use super::segment::{fresh_salt, SegmentHeader, HEADER_BLOCK_BYTES, MAX_SLOTS};
 use crate::types::Lsn;
 
 /// Payloads up to this size are copied into a shared buffer under the
@@ -123,6 +123,10 @@ struct OpenUse {
     limit: Lsn,
 }
 
+/// Every segment slot number holds a use that is not released yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotsExhausted;
+
 /// Counters of segment switches.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SwitchCounts {
@@ -145,6 +149,8 @@ pub(crate) struct Layout {
     prev_salt: u64,
     pending: Vec<Step>,
     pub switches: SwitchCounts,
+    /// Slot numbers must stay below this ([`MAX_SLOTS`]; lower in tests).
+    max_slots: usize,
 }
 
 /// How a recovered log continues (built by open from the replay result).
@@ -172,16 +178,20 @@ impl Layout {
             prev_salt: r.prev_salt,
             pending: Vec::new(),
             switches: SwitchCounts::default(),
+            max_slots: MAX_SLOTS,
         }
     }
 
     /// Places one frame; returns `(lsn, end)`. The frame must fit in an
     /// empty segment (checked by the caller against `max_record_bytes`).
-    pub fn push(&mut self, frame: PreparedFrame<'_>) -> (Lsn, Lsn) {
+    /// Fails only if a new segment is needed and every slot number is taken
+    /// by a use not yet released.
+    pub fn push(&mut self, frame: PreparedFrame<'_>) -> Result<(Lsn, Lsn), SlotsExhausted> {
         let frame_bytes = frame.frame_bytes();
         debug_assert!(frame_bytes <= self.segment_bytes - HEADER_BLOCK_BYTES);
         if !self.fits(frame_bytes) {
-            self.switch_use();
+            let slot = self.pick_slot().ok_or(SlotsExhausted)?;
+            self.switch_use(slot);
         }
         let open = self.open.expect("a use is open after a switch");
         let lsn = self.next_lsn;
@@ -219,7 +229,7 @@ impl Layout {
         }
         run.end_lsn = end;
         self.next_lsn = end;
-        (lsn, end)
+        Ok((lsn, end))
     }
 
     /// Takes every pending step (for the I/O leader).
@@ -264,15 +274,18 @@ impl Layout {
         }
     }
 
-    /// Closes the open use (if any) at `next_lsn` and opens a new one there.
-    fn switch_use(&mut self) {
+    /// Closes the open use (if any) at `next_lsn` and opens a new one there,
+    /// in `slot`.
+    fn switch_use(&mut self, slot: usize) {
         let start = self.next_lsn;
         if let Some(old) = self.open.take() {
             if let Some(u) = self.slots[old.slot].holds.as_mut() {
                 u.end = Some(start);
             }
         }
-        let slot = self.pick_slot();
+        if slot == self.slots.len() {
+            self.slots.push(SlotMeta::default());
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let header = SegmentHeader {
@@ -313,8 +326,10 @@ impl Layout {
     }
 
     /// The slot for a new use: a free existing file first, then the one
-    /// holding the oldest released use, then a new file.
-    fn pick_slot(&mut self) -> usize {
+    /// holding the oldest released use, then a new file (`slots.len()` if
+    /// no lower number is missing). `None` if that would reach the slot
+    /// limit ([`MAX_SLOTS`]).
+    fn pick_slot(&self) -> Option<usize> {
         let released = self.released_lsn;
         let free = self
             .slots
@@ -334,15 +349,14 @@ impl Layout {
                 .map(|(_, i)| i)
         };
         if let Some(i) = free.or_else(oldest_released) {
-            return i;
+            return Some(i);
         }
-        match self.slots.iter().position(|s| !s.exists) {
-            Some(i) => i,
-            None => {
-                self.slots.push(SlotMeta::default());
-                self.slots.len() - 1
-            }
-        }
+        let new = self
+            .slots
+            .iter()
+            .position(|s| !s.exists)
+            .unwrap_or(self.slots.len());
+        (new < self.max_slots).then_some(new)
     }
 }
 
@@ -410,7 +424,7 @@ mod tests {
         let payload = vec![7u8; 1000];
         let mut ends = Vec::new();
         for _ in 0..20 {
-            let (lsn, end) = l.push(PreparedFrame::new(&payload));
+            let (lsn, end) = l.push(PreparedFrame::new(&payload)).unwrap();
             assert_eq!(lsn, ends.last().copied().unwrap_or(FIRST_LSN));
             ends.push(end);
         }
@@ -431,24 +445,44 @@ mod tests {
         let mut l = fresh();
         let payload = vec![1u8; 4000];
         for _ in 0..6 {
-            l.push(PreparedFrame::new(&payload)); // two per use
+            l.push(PreparedFrame::new(&payload)).unwrap(); // two per use
         }
         assert_eq!(l.slot_files(), 3);
         l.take_pending();
         // Release the first use only: the next switch reuses slot 0.
         l.release_before(Lsn(FIRST_LSN.0 + 8192));
-        l.push(PreparedFrame::new(&payload));
+        l.push(PreparedFrame::new(&payload)).unwrap();
         let b = begins(&l.take_pending());
         assert_eq!(b.len(), 1);
         assert_eq!((b[0].0, b[0].2), (0, false));
         assert_eq!(l.switches.recycled, 1);
         assert_eq!(l.slot_files(), 3);
         // Nothing else released: the next switch creates slot 3.
-        l.push(PreparedFrame::new(&payload));
-        l.push(PreparedFrame::new(&payload));
+        l.push(PreparedFrame::new(&payload)).unwrap();
+        l.push(PreparedFrame::new(&payload)).unwrap();
         let b = begins(&l.take_pending());
         assert_eq!(b[0].0, 3);
         assert_eq!(l.switches.created, 4);
+    }
+
+    #[test]
+    fn running_out_of_slot_numbers_fails_without_side_effects() {
+        let mut l = fresh();
+        assert_eq!(l.max_slots, MAX_SLOTS);
+        l.max_slots = 50;
+        let full = vec![0u8; (SEG - HEADER_BLOCK_BYTES) as usize - FRAME_HEADER_BYTES];
+        for _ in 0..50 {
+            l.push(PreparedFrame::new(&full)).unwrap();
+            l.take_pending();
+        }
+        let next = l.next_lsn;
+        assert_eq!(l.push(PreparedFrame::new(b"x")), Err(SlotsExhausted));
+        assert_eq!(l.next_lsn, next);
+        assert!(l.take_pending().is_empty());
+        // Releasing makes room again.
+        l.release_before(Lsn(FIRST_LSN.0 + 8192));
+        assert!(l.push(PreparedFrame::new(b"x")).is_ok());
+        assert_eq!(l.slot_files(), 50);
     }
 
     #[test]
@@ -464,9 +498,9 @@ mod tests {
                 prev_salt: 0,
             },
         );
-        l2.push(PreparedFrame::new(b"a"));
-        l2.push(PreparedFrame::new(&big));
-        let (_, end) = l2.push(PreparedFrame::new(b"b"));
+        l2.push(PreparedFrame::new(b"a")).unwrap();
+        l2.push(PreparedFrame::new(&big)).unwrap();
+        let (_, end) = l2.push(PreparedFrame::new(b"b")).unwrap();
         let steps = l2.take_pending();
         let Step::Frames(run) = &steps[1] else {
             panic!("expected frames")

@@ -3,10 +3,11 @@
 //! Owns: the WAL of one database file `NAME` — the segment files
 //! `NAME-wal.0`, `NAME-wal.1`, … (slot numbers, not sequence numbers) in the
 //! same [`Vfs`] — and everything about them: the frame and header layouts
-//! ([`frame`], [`segment`]), record placement and segment recycling
-//! ([`layout`]), the I/O ([`io`]), replay at open ([`replay`]), group commit
-//! and durability waits ([`Wal`]), and the payload codec of commit records
-//! ([`record`]).
+//! (`frame.rs`, `segment.rs`, each with its byte table), record placement
+//! and segment recycling (`layout.rs`), the I/O (`io.rs`), replay at open
+//! (`replay.rs`, which also states how the chain of segment uses is found
+//! through each header's `prev_salt`), group commit and durability waits
+//! ([`Wal`]), and the payload codec of commit records ([`record`]).
 //!
 //! Must not know: B-trees, pages, transactions, column-family state. The
 //! database gives it opaque payloads and LSN thresholds; `record` encodes
@@ -284,7 +285,9 @@ impl Wal {
     /// the buffer (`Durability::None` relies on later syncs).
     ///
     /// `Error::ValueTooLarge` if the payload exceeds `max_record_bytes`;
-    /// `Error::Poisoned` after a failed write or sync.
+    /// `Error::Poisoned` after a failed write or sync; `Error::Io` of kind
+    /// `StorageFull` (without poisoning) if a new segment is needed but all
+    /// 65,536 slot numbers hold unreleased uses.
     pub fn append(&self, payload: &[u8]) -> Result<(Lsn, Lsn)> {
         if payload.len() as u64 > self.opts.max_record_bytes {
             return Err(Error::ValueTooLarge {
@@ -297,7 +300,15 @@ impl Wal {
         if st.poisoned {
             return Err(Error::Poisoned);
         }
-        let (lsn, end) = st.layout.push(frame);
+        let (lsn, end) = st.layout.push(frame).map_err(|_| {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "the WAL uses all {} segment slots; release (checkpoint) some",
+                    segment::MAX_SLOTS
+                ),
+            ))
+        })?;
         st.stats.records += 1;
         st.stats.bytes += end.0 - lsn.0;
         Ok((lsn, end))

@@ -143,12 +143,18 @@ pub(crate) fn segment_name(db_name: &str, slot: usize) -> String {
     format!("{db_name}-wal.{slot}")
 }
 
+/// Slot numbers at or above this are not WAL segments (so a stray file name
+/// cannot make open allocate a huge slot table). The writer only creates
+/// slots beyond the highest existing one when none is free, so a WAL needs
+/// about `checkpoint interval / segment size + 2` slots.
+pub(crate) const MAX_SLOTS: usize = 1 << 16;
+
 /// The slot number if `file` is a segment of `db_name` (canonical decimal,
-/// so `x-wal.01` is not taken for slot 1).
+/// so `x-wal.01` is not taken for slot 1; below [`MAX_SLOTS`]).
 pub(crate) fn parse_segment_name(db_name: &str, file: &str) -> Option<usize> {
     let digits = file.strip_prefix(db_name)?.strip_prefix("-wal.")?;
-    let slot: u32 = digits.parse().ok()?;
-    (slot.to_string() == digits).then_some(slot as usize)
+    let slot: usize = digits.parse().ok()?;
+    (slot < MAX_SLOTS && slot.to_string() == digits).then_some(slot)
 }
 
 /// A fresh non-zero salt for use `seq`, different from `prev_salt`.
@@ -221,6 +227,10 @@ mod tests {
         assert_eq!(parse_segment_name("db", "dbx-wal.1"), None);
         assert_eq!(parse_segment_name("db", "db"), None);
         assert_eq!(parse_segment_name("db", "db-wal.-1"), None);
+        assert_eq!(parse_segment_name("db", "db-wal.+1"), None);
+        assert_eq!(parse_segment_name("db", "db-wal.65535"), Some(65535));
+        assert_eq!(parse_segment_name("db", "db-wal.65536"), None);
+        assert_eq!(parse_segment_name("db", "db-wal.4000000000"), None);
     }
 
     #[test]

@@ -1,0 +1,421 @@
+//! Recovery through the WAL (issue 3): mixed durability modes and
+//! concurrent committers under simulated power loss, crashes at every step
+//! of a checkpoint, checkpoints racing writers and readers, large
+//! transactions that commit by a direct checkpoint, and a clean close that
+//! leaves nothing to replay. Seeds are printed in every failure message.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{dump, open_sim, random_writes, Model};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
+use sheafdb::{Database, Durability, Result, TableDefinition};
+
+fn seed_env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Single writer, random durability per commit, explicit checkpoints now
+/// and then, power cut at a random operation. The recovered state must be
+/// a commit-order prefix that includes every acknowledged `Immediate`
+/// commit (and everything before it).
+fn mixed_durability_case(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let vfs = SimVfs::new();
+    let db = open_sim(&vfs, "m.sheaf").unwrap();
+    let mut models = vec![Model::new()];
+    let mut must_have = 0usize;
+    vfs.fail_from(rng.gen_range(1..400), Fault::Eio);
+    for _ in 0..40 {
+        let mut next = models.last().unwrap().clone();
+        let Ok(mut tx) = db.begin_write() else { break };
+        let mode = match rng.gen_range(0..3) {
+            0 => Durability::Immediate,
+            1 => Durability::Eventual,
+            _ => Durability::None,
+        };
+        tx.set_durability(mode);
+        let n = rng.gen_range(1..20);
+        if random_writes(&tx, &mut next, &mut rng, n).is_err() {
+            break;
+        }
+        let r = tx.commit();
+        let ok = r.is_ok();
+        if std::env::var("SHEAF_TRACE").is_ok() {
+            eprintln!("commit {} {mode:?} -> {r:?}", models.len());
+        }
+        models.push(next);
+        if !ok {
+            break;
+        }
+        if mode == Durability::Immediate {
+            must_have = models.len() - 1;
+        }
+        if rng.gen_bool(0.15) {
+            let r = db.checkpoint();
+            if std::env::var("SHEAF_TRACE").is_ok() {
+                eprintln!("checkpoint -> {r:?}");
+            }
+            if r.is_err() {
+                break;
+            }
+        }
+        if rng.gen_bool(0.1) && db.sync().is_ok() {
+            must_have = models.len() - 1;
+        }
+    }
+    if std::env::var_os("SHEAF_TRACE").is_some() {
+        for policy in [CrashPolicy::DropAll, CrashPolicy::KeepAll] {
+            let c = vfs.crash_with(seed, policy);
+            let d = open_sim(&c, "m.sheaf").unwrap();
+            let st = dump(&d).unwrap();
+            eprintln!(
+                "{policy:?}: recovered {:?}",
+                models.iter().rposition(|m| *m == st)
+            );
+        }
+    }
+    let crashed = vfs.crash(seed);
+    drop(db);
+    let db = open_sim(&crashed, "m.sheaf").unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let state = dump(&db).unwrap_or_else(|e| panic!("seed {seed}: dump: {e}"));
+    let at = models.iter().rposition(|m| *m == state);
+    let Some(at) = at else {
+        panic!("seed {seed}: recovered state is not a prefix of the commit order")
+    };
+    assert!(
+        at >= must_have,
+        "seed {seed}: lost acknowledged durable commit {must_have} (recovered {at})"
+    );
+    db.check_integrity()
+        .unwrap_or_else(|e| panic!("seed {seed}: integrity: {e}"));
+}
+
+#[test]
+fn mixed_durability_power_loss_keeps_a_prefix_with_every_durable_commit() {
+    if let Some(seed) = std::env::var("SHEAF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return mixed_durability_case(seed);
+    }
+    for seed in 0..seed_env("SHEAF_MIXED_CASES", 1500) {
+        mixed_durability_case(seed);
+    }
+}
+
+const COUNTERS: TableDefinition<u64, u64> = TableDefinition::new("counters");
+const LOG: TableDefinition<(u64, u64), u64> = TableDefinition::new("log");
+
+/// Several threads commit concurrently (`Immediate`); the power fails while
+/// they run. Every commit acknowledged before the crash must survive, and
+/// each thread's commits must be a prefix (its log has exactly 1..=n).
+fn concurrent_case(seed: u64, threads: u64) {
+    let vfs = SimVfs::new();
+    let db = Arc::new(open_sim(&vfs, "c.sheaf").unwrap());
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (db, acked, stop) = (db.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let r: Result<()> = (|| {
+                        let tx = db.begin_write()?;
+                        tx.open_table(COUNTERS)?.insert(t, n)?;
+                        tx.open_table(LOG)?.insert((t, n), n * 7)?;
+                        tx.commit()
+                    })();
+                    if r.is_err() {
+                        return;
+                    }
+                    acked[t as usize].store(n, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(5 + seed % 20));
+    if seed.is_multiple_of(3) {
+        let r = db.checkpoint();
+        if std::env::var_os("SHEAF_TRACE").is_some() {
+            eprintln!("checkpoint -> {r:?}");
+        }
+    }
+    let before: Vec<u64> = acked.iter().map(|a| a.load(Ordering::SeqCst)).collect();
+    let crashed = vfs.crash(seed);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    drop(db);
+    let db = open_sim(&crashed, "c.sheaf").unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let rx = db.begin_read().unwrap();
+    let counters: BTreeMap<u64, u64> = match rx.open_table(COUNTERS) {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| e.map(|(k, v)| (k.value(), v.value())).unwrap())
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    for t in 0..threads {
+        let have = counters.get(&t).copied().unwrap_or(0);
+        assert!(
+            have >= before[t as usize],
+            "seed {seed}: thread {t} lost acknowledged commit {} (has {have})",
+            before[t as usize]
+        );
+        if have > 0 {
+            let log = rx.open_table(LOG).unwrap();
+            let got: Vec<u64> = log
+                .range((t, 0)..(t + 1, 0))
+                .unwrap()
+                .map(|e| e.unwrap().0.value().1)
+                .collect();
+            assert_eq!(
+                got,
+                (1..=have).collect::<Vec<_>>(),
+                "seed {seed}: thread {t} commits are not a prefix"
+            );
+        }
+    }
+    drop(rx);
+    db.check_integrity()
+        .unwrap_or_else(|e| panic!("seed {seed}: integrity: {e}"));
+}
+
+#[test]
+fn concurrent_committers_lose_no_acknowledged_commit() {
+    if let Some(seed) = std::env::var("SHEAF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return concurrent_case(seed, 8);
+    }
+    for seed in 0..seed_env("SHEAF_CONCURRENT_CASES", 60) {
+        concurrent_case(seed, 8);
+    }
+}
+
+/// Crash at every storage operation of a checkpoint (including the
+/// superblock write, which may tear): recovery must give the full state,
+/// since every commit was durable in the WAL before the checkpoint began.
+#[test]
+fn crash_at_every_step_of_a_checkpoint_recovers_everything() {
+    let build = |vfs: &SimVfs| -> (Database, Model) {
+        let db = open_sim(vfs, "k.sheaf").unwrap();
+        let mut rng = StdRng::seed_from_u64(77);
+        let mut model = Model::new();
+        for _ in 0..10 {
+            let tx = db.begin_write().unwrap();
+            random_writes(&tx, &mut model, &mut rng, 30).unwrap();
+            tx.commit().unwrap();
+        }
+        (db, model)
+    };
+    let probe = SimVfs::new();
+    let (db, _) = build(&probe);
+    let before = probe.op_count();
+    db.checkpoint().unwrap();
+    let steps = probe.op_count() - before;
+    drop(db);
+    assert!(
+        steps >= 4,
+        "a checkpoint writes pages, syncs, writes the superblock, syncs"
+    );
+    for step in 1..=steps {
+        for seed in 0..4u64 {
+            let vfs = SimVfs::new();
+            let (db, model) = build(&vfs);
+            vfs.fail_from(step, Fault::Eio);
+            let _ = db.checkpoint();
+            let crashed = vfs.crash(step * 10 + seed);
+            drop(db);
+            let db = open_sim(&crashed, "k.sheaf")
+                .unwrap_or_else(|e| panic!("step {step} seed {seed}: reopen: {e}"));
+            assert_eq!(
+                dump(&db).unwrap(),
+                model,
+                "step {step} seed {seed}: state after crash in checkpoint"
+            );
+            db.check_integrity()
+                .unwrap_or_else(|e| panic!("step {step} seed {seed}: integrity: {e}"));
+        }
+    }
+}
+
+const ACCOUNTS: TableDefinition<u64, i64> = TableDefinition::new("accounts");
+
+/// Checkpoints in a loop while 8 threads transfer between accounts and 8
+/// threads read and check that the total never changes.
+#[test]
+fn checkpoints_race_writers_and_readers_without_tearing() -> Result<()> {
+    let db = Arc::new(
+        common::builder()
+            .cache_size_bytes(1 << 20)
+            .create_with_vfs(Arc::new(sheafdb::storage::mem::MemVfs::new()), "race.sheaf")?,
+    );
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(ACCOUNTS)?;
+        for a in 0..200u64 {
+            t.insert(a, 1_000)?;
+        }
+    }
+    tx.commit()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut handles = Vec::new();
+    for w in 0..8u64 {
+        let (db, stop, errors) = (db.clone(), stop.clone(), errors.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut rng = StdRng::seed_from_u64(w);
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) || n < 50 {
+                n += 1;
+                let r: Result<()> = (|| {
+                    let mut tx = db.begin_write()?;
+                    tx.set_durability(if n % 2 == 0 {
+                        Durability::None
+                    } else {
+                        Durability::Immediate
+                    });
+                    {
+                        let mut t = tx.open_table(ACCOUNTS)?;
+                        let (a, b) = (rng.gen_range(0..200u64), rng.gen_range(0..200u64));
+                        let amount = rng.gen_range(1..50);
+                        let va = t.get(a)?.unwrap().value();
+                        t.insert(a, va - amount)?;
+                        let vb = t.get(b)?.unwrap().value();
+                        t.insert(b, vb + amount)?;
+                    }
+                    tx.commit()
+                })();
+                if let Err(e) = r {
+                    errors.lock().unwrap().push(format!("writer {w}: {e}"));
+                    return;
+                }
+            }
+        }));
+    }
+    for r in 0..8 {
+        let (db, stop, errors) = (db.clone(), stop.clone(), errors.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) || n < 50 {
+                n += 1;
+                let rx = db.begin_read().unwrap();
+                let t = rx.open_table(ACCOUNTS).unwrap();
+                let sum: i64 = t.iter().unwrap().map(|e| e.unwrap().1.value()).sum();
+                if sum != 200_000 {
+                    errors
+                        .lock()
+                        .unwrap()
+                        .push(format!("reader {r} saw total {sum}"));
+                    return;
+                }
+            }
+        }));
+    }
+    let start = Instant::now();
+    let mut checkpoints = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        db.checkpoint()?;
+        checkpoints += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(
+        errors.lock().unwrap().is_empty(),
+        "{:?}",
+        errors.lock().unwrap()
+    );
+    assert!(checkpoints > 3);
+    db.check_integrity()?;
+    let rx = db.begin_read()?;
+    let sum: i64 = rx
+        .open_table(ACCOUNTS)?
+        .iter()?
+        .map(|e| e.unwrap().1.value())
+        .sum();
+    assert_eq!(sum, 200_000);
+    Ok(())
+}
+
+/// A transaction larger than the WAL record limit commits by a direct
+/// checkpoint, atomically, and survives a power cut right after commit.
+#[test]
+fn a_large_transaction_commits_by_direct_checkpoint() -> Result<()> {
+    const BIG: TableDefinition<u64, &[u8]> = TableDefinition::new("big");
+    let vfs = SimVfs::new();
+    let db = open_sim(&vfs, "big.sheaf")?;
+    let tx = db.begin_write()?;
+    tx.open_table(BIG)?.insert(0, b"small".as_slice())?;
+    tx.commit()?;
+    let wal_before = db.wal_stats();
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(BIG)?;
+        for k in 1..200u64 {
+            t.insert(k, vec![k as u8; 2_000].as_slice())?;
+        }
+    }
+    tx.commit()?;
+    let wal_after = db.wal_stats();
+    assert!(
+        wal_after.bytes - wal_before.bytes < 64 * 1024,
+        "a 400 KB transaction went through the WAL"
+    );
+    let crashed = vfs.crash_with(1, CrashPolicy::DropAll);
+    drop(db);
+    let db = open_sim(&crashed, "big.sheaf")?;
+    let rx = db.begin_read()?;
+    let t = rx.open_table(BIG)?;
+    assert_eq!(t.len()?, 200);
+    assert_eq!(t.get(150)?.unwrap().value(), vec![150u8; 2_000].as_slice());
+    db.check_integrity()?;
+    Ok(())
+}
+
+/// A clean close checkpoints: the next open replays nothing. A crash
+/// (no close) replays the records since the last checkpoint.
+#[test]
+fn clean_close_leaves_nothing_to_replay() -> Result<()> {
+    let vfs = SimVfs::new();
+    let mut model = Model::new();
+    let mut rng = StdRng::seed_from_u64(4);
+    {
+        let db = open_sim(&vfs, "close.sheaf")?;
+        for _ in 0..5 {
+            let tx = db.begin_write()?;
+            random_writes(&tx, &mut model, &mut rng, 10)?;
+            tx.commit()?;
+        }
+        let crashed = vfs.crash_with(0, CrashPolicy::KeepAll);
+        let db2 = open_sim(&crashed, "close.sheaf")?;
+        assert_eq!(
+            db2.replayed_records(),
+            5,
+            "a crash replays the commits since the checkpoint"
+        );
+        assert_eq!(dump(&db2)?, model);
+        db.close()?;
+    }
+    let db = open_sim(&vfs, "close.sheaf")?;
+    assert_eq!(db.replayed_records(), 0);
+    assert_eq!(dump(&db)?, model);
+    Ok(())
+}
