@@ -30,8 +30,8 @@ pub mod txn;
 pub mod types;
 pub mod wal;
 
-pub use db::{Builder, Database, IntegrityReport};
+pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport};
 pub use error::{Error, Location, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};
 pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};
-pub use txn::{Durability, ReadTransaction, WriteTransaction};
+pub use txn::{Durability, MultiWriteTransaction, ReadTransaction, WriteTransaction};

@@ -37,7 +37,7 @@ use super::{DbShared, SysState};
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
-use crate::format::records::{cf_key, CfDescriptor, MetaBlob, TableMeta};
+use crate::format::records::{cf_key, cf_name_key, CfDescriptor, MetaBlob, TableMeta};
 use crate::format::superblock::Superblock;
 use crate::pager::alloc::CfAllocator;
 use crate::pager::ranges::RangeSet;
@@ -56,15 +56,15 @@ struct Plan {
 impl DbShared {
     /// Checkpoints every CF with unpersisted published commits.
     pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
-        self.checkpoint_including(None)
+        self.checkpoint_including(Vec::new())
     }
 
     /// Checkpoints every CF with unpersisted published commits, plus
-    /// `extra` (a CF and a committed version not yet published — the
-    /// direct-commit path, whose caller holds that CF's writer lock).
+    /// `extra` (CFs with a committed version not yet published — the
+    /// direct-commit path, whose caller holds those CFs' writer locks).
     pub(crate) fn checkpoint_including(
         self: &Arc<Self>,
-        extra: Option<(Arc<CfShared>, Arc<CfVersion>)>,
+        extra: Vec<(Arc<CfShared>, Arc<CfVersion>)>,
     ) -> Result<()> {
         let mut sys = self.sys.lock();
         self.check_writable()?;
@@ -89,9 +89,11 @@ impl DbShared {
             }
         };
         let replay_lsn = replay_floor(&cfs, &plans, log_end);
-        if descriptors.is_empty() && replay_lsn == sys.replay_lsn {
+        let dropped: Vec<Arc<CfShared>> = self.dropped.lock().clone();
+        if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
+        *self.dropping.lock() = dropped.iter().map(|c| (c.id, c.name.clone())).collect();
         if let Err(e) =
             self.write_checkpoint_with(&mut sys, &runs, descriptors, replay_lsn, &persisted)
         {
@@ -103,6 +105,8 @@ impl DbShared {
             *p.cf.persisted_extents.lock() = p.extents.lock().clone();
             p.cf.alloc.lock().checkpoint_done(p.snapshot.version);
         }
+        drop(plans);
+        self.release_dropped(&dropped);
         self.wal().release_before(replay_lsn);
         Ok(())
     }
@@ -176,8 +180,19 @@ impl DbShared {
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<()> {
         let mut root = sys.root;
+        let dropping = std::mem::take(&mut *self.dropping.lock());
+        for (cf, name) in &dropping {
+            btree::remove(sp, &mut root, &cf_key(*cf))?;
+            let name_key = cf_name_key(name);
+            let maps_here = btree::get(sp, &root, &name_key)?
+                .is_some_and(|v| v.as_slice() == cf.0.to_le_bytes());
+            if maps_here {
+                btree::remove(sp, &mut root, &name_key)?;
+            }
+        }
         for (cf, desc) in &descriptors {
             btree::insert(sp, &mut root, &cf_key(*cf), &desc.encode())?;
+            btree::insert(sp, &mut root, &cf_name_key(&desc.name), &cf.0.to_le_bytes())?;
         }
         if let Some((p, n)) = sys.meta_run {
             btree::store::PageWrite::free(sp, p, n);
@@ -204,7 +219,7 @@ impl DbShared {
             meta_npages: meta.1,
             meta_len: meta.2,
             file_pages: meta.3,
-            next_cf: sys.next_cf,
+            next_cf: CfId(self.next_cf.load(Ordering::Acquire)),
             replay_lsn,
         };
         let slot = 1 - sys.slot;
@@ -295,13 +310,35 @@ impl DbShared {
     }
 }
 
+impl DbShared {
+    /// After a checkpoint that removed their descriptors: gives the extents
+    /// of dropped CFs back to the pool once no snapshot can read them.
+    fn release_dropped(&self, dropped: &[Arc<CfShared>]) {
+        for cf in dropped {
+            let latest = cf.current.load_full();
+            // current + writer head + `latest` itself; any more is a reader.
+            // An older version alive keeps the latest batch referenced.
+            let unread = Arc::strong_count(&latest) <= 3 && latest.batch_is_last();
+            if !unread {
+                continue;
+            }
+            let runs = cf.alloc.lock().discard_all();
+            for (id, _) in runs {
+                self.pager.forget(id);
+            }
+            self.extents.lock().release_all(cf.id);
+            self.dropped.lock().retain(|c| c.id != cf.id);
+        }
+    }
+}
+
 /// The CFs to checkpoint and the snapshot of each.
-fn plan(cfs: &[Arc<CfShared>], extra: Option<(Arc<CfShared>, Arc<CfVersion>)>) -> Vec<Plan> {
+fn plan(cfs: &[Arc<CfShared>], extra: Vec<(Arc<CfShared>, Arc<CfVersion>)>) -> Vec<Plan> {
     let mut plans = Vec::new();
     for cf in cfs {
-        let snapshot = match &extra {
-            Some((x, v)) if x.id == cf.id => v.clone(),
-            _ => cf.current.load_full(),
+        let snapshot = match extra.iter().find(|(x, _)| x.id == cf.id) {
+            Some((_, v)) => v.clone(),
+            None => cf.current.load_full(),
         };
         let (base_version, _) = *cf.base.lock();
         if snapshot.version > base_version {

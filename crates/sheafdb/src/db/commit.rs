@@ -19,10 +19,10 @@
 use std::sync::Arc;
 
 use super::DbShared;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pager::alloc::ReclaimBatch;
 use crate::txn::{CfShared, CfVersion, Durability, WriteState, WriterGuard, WriterSlot};
-use crate::types::{Lsn, PageId, Version};
+use crate::types::{CfId, Lsn, PageId, Version};
 
 impl DbShared {
     /// Commits `st` (the transaction's state) on `cf`.
@@ -61,7 +61,7 @@ impl DbShared {
         self.install_version(cf, st, &mut lock, version, end);
         drop(lock);
         let durable = self.wait_durability(end, durability);
-        cf.publish(version, durable)
+        cf.publish(version, durable, &|v| self.note_published(cf.id, v))
     }
 
     fn commit_direct(
@@ -82,10 +82,82 @@ impl DbShared {
         // replay of this CF may resume at the current end of the log.
         let lsn = self.wal().next_lsn();
         let v = self.install_version(cf, st, &mut lock, version, lsn);
-        self.checkpoint_including(Some((cf.clone(), v)))?;
-        let published = cf.publish(version, Ok(()));
+        self.checkpoint_including(vec![(cf.clone(), v)])?;
+        let published = cf.publish(version, Ok(()), &|v| self.note_published(cf.id, v));
         drop(lock);
         published
+    }
+
+    /// Commits a multi-CF transaction: one WAL record with a part per CF
+    /// (or one checkpoint of all of them if too large), then publication in
+    /// every CF and the database-wide snapshot at once. The writer locks
+    /// are held until then, so no later commit of these CFs can interleave.
+    pub(crate) fn commit_multi(
+        self: &Arc<Self>,
+        locked: &mut [(Arc<CfShared>, WriterGuard)],
+        states: &mut [&mut WriteState],
+        durability: Durability,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let mut payloads = Vec::with_capacity(states.len());
+        for st in states.iter_mut() {
+            payloads.push(st.log.take().map(|e| e.finish()));
+        }
+        let merged = merge_payloads(&payloads);
+        let logged = merged
+            .as_ref()
+            .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
+        let end = if logged {
+            let payload = merged.expect("checked");
+            self.wal()
+                .append(&payload)
+                .inspect_err(|_| self.poison())?
+                .1
+        } else {
+            self.wal().sync().inspect_err(|_| self.poison())?;
+            self.wal().next_lsn()
+        };
+        let mut versions = Vec::with_capacity(states.len());
+        for ((cf, lock), st) in locked.iter_mut().zip(states.iter_mut()) {
+            let version = st.base.version.next();
+            versions.push((cf.clone(), self.install_version(cf, st, lock, version, end)));
+        }
+        let durable = if logged {
+            self.wait_durability(end, durability)
+        } else {
+            self.checkpoint_including(versions.clone())
+        };
+        if let Err(e) = durable {
+            for (cf, v) in &versions {
+                let _ = cf.publish(v.version, Err(Error::Poisoned), &|_| {});
+            }
+            return Err(e);
+        }
+        // Earlier commits of these CFs (which released their locks early)
+        // publish first.
+        while !versions
+            .iter()
+            .all(|(cf, v)| cf.is_next_to_publish(v.version))
+        {
+            self.check_writable()?;
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        for (cf, v) in &versions {
+            cf.publish_alone(v);
+        }
+        let updates: Vec<(CfId, Option<Arc<CfVersion>>)> = versions
+            .iter()
+            .map(|(cf, v)| (cf.id, Some(v.clone())))
+            .collect();
+        self.snapshot.rcu(|old| Arc::new(old.with(&updates)));
+        self.after_commit();
+        Ok(())
+    }
+
+    /// Makes `v` the version of `cf` in the database-wide snapshot.
+    pub(crate) fn note_published(&self, cf: CfId, v: &Arc<CfVersion>) {
+        self.snapshot
+            .rcu(|old| Arc::new(old.with(&[(cf, Some(v.clone()))])));
     }
 
     /// Waits until the log up to `end` is as durable as `durability`
@@ -145,4 +217,24 @@ impl DbShared {
         cf.enqueue(v.clone());
         v
     }
+}
+
+/// Joins per-CF commit payloads (`version, part count, parts…`) into one.
+/// `None` if any CF's log was abandoned (too large for the WAL).
+fn merge_payloads(payloads: &[Option<Vec<u8>>]) -> Option<Vec<u8>> {
+    const HEADER: usize = 5;
+    let mut parts = 0u32;
+    let mut out = Vec::new();
+    for p in payloads {
+        let p = p.as_ref()?;
+        debug_assert!(p.len() >= HEADER);
+        if out.is_empty() {
+            out.push(p[0]);
+            out.extend_from_slice(&[0; 4]);
+        }
+        parts += u32::from_le_bytes(p[1..5].try_into().expect("4 bytes"));
+        out.extend_from_slice(&p[HEADER..]);
+    }
+    out[1..5].copy_from_slice(&parts.to_le_bytes());
+    Some(out)
 }

@@ -149,52 +149,75 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
             CfDescriptor::decode(v.as_slice())?,
         ));
     }
-    if on_disk.len() != cfs.len() {
-        return Err(bad(format!(
-            "system tree lists {} column families, {} are open",
-            on_disk.len(),
-            cfs.len()
-        )));
+    let dropped: Vec<CfId> = shared.dropped.lock().iter().map(|c| c.id).collect();
+    for (id, _) in &on_disk {
+        if !cfs.iter().any(|c| c.id == *id) && !dropped.contains(id) {
+            return Err(bad(format!(
+                "system tree lists cf {id}, which is neither open nor dropped"
+            )));
+        }
     }
 
     for cf in &cfs {
-        let version = cf.current.load_full();
-        let pages = ReadPages::new(shared.clone(), cf.id);
-        let mut used = RangeSet::new();
-        let n_tables = walk_into(&pages, &version.catalog, &mut used)?;
-        let mut cursor = btree::Cursor::new(&version.catalog, Bound::Unbounded, Bound::Unbounded);
-        let mut seen_ids = std::collections::HashSet::new();
-        while let Some((name, v)) = cursor.next(&pages)? {
-            let meta = TableMeta::decode(v.as_slice())?;
-            if !seen_ids.insert(meta.id) || meta.id >= version.next_table {
-                return Err(bad(format!(
-                    "cf {}: table id {} reused or unissued",
-                    cf.id, meta.id
-                )));
-            }
-            let root = TreeRoot {
-                root: meta.root,
-                len: meta.len,
-            };
-            let entries = walk_into(&pages, &root, &mut used).map_err(|e| match e {
-                Error::Corrupted { what, location } => Error::Corrupted {
-                    what: format!(
-                        "table {:?}: {what}",
-                        String::from_utf8_lossy(name.as_slice())
-                    ),
-                    location,
-                },
-                other => other,
-            })?;
-            report.entries += entries;
-        }
-        let alloc = cf.alloc.lock();
-        let ext = extents_set(alloc.extents());
-        check_partition(cf.id, &ext, &used, alloc.free_set(), &alloc.pending_set())?;
-        report.cfs += 1;
-        report.tables += n_tables;
-        report.pages_in_use += used.pages();
-        report.pages_free += alloc.free_set().pages() + alloc.pending_set().pages();
+        let r = check_one(shared, cf)?;
+        report.cfs += r.cfs;
+        report.tables += r.tables;
+        report.entries += r.entries;
+        report.pages_in_use += r.pages_in_use;
+        report.pages_free += r.pages_free;
     }
     Ok(report)
+}
+
+/// Checks one CF's trees and space; the caller holds its writer lock.
+fn check_one(shared: &Arc<DbShared>, cf: &Arc<crate::txn::CfShared>) -> Result<IntegrityReport> {
+    let mut report = IntegrityReport::default();
+    let version = cf.current.load_full();
+    let pages = ReadPages::new(shared.clone(), cf.id);
+    let mut used = RangeSet::new();
+    let n_tables = walk_into(&pages, &version.catalog, &mut used)?;
+    let mut cursor = btree::Cursor::new(&version.catalog, Bound::Unbounded, Bound::Unbounded);
+    let mut seen_ids = std::collections::HashSet::new();
+    while let Some((name, v)) = cursor.next(&pages)? {
+        let meta = TableMeta::decode(v.as_slice())?;
+        if !seen_ids.insert(meta.id) || meta.id >= version.next_table {
+            return Err(bad(format!(
+                "cf {}: table id {} reused or unissued",
+                cf.id, meta.id
+            )));
+        }
+        let root = TreeRoot {
+            root: meta.root,
+            len: meta.len,
+        };
+        let entries = walk_into(&pages, &root, &mut used).map_err(|e| match e {
+            Error::Corrupted { what, location } => Error::Corrupted {
+                what: format!(
+                    "table {:?}: {what}",
+                    String::from_utf8_lossy(name.as_slice())
+                ),
+                location,
+            },
+            other => other,
+        })?;
+        report.entries += entries;
+    }
+    let alloc = cf.alloc.lock();
+    let ext = extents_set(alloc.extents());
+    check_partition(cf.id, &ext, &used, alloc.free_set(), &alloc.pending_set())?;
+    report.cfs += 1;
+    report.tables += n_tables;
+    report.pages_in_use += used.pages();
+    report.pages_free += alloc.free_set().pages() + alloc.pending_set().pages();
+
+    Ok(report)
+}
+
+/// `check_integrity` for one CF: its trees, its space accounting.
+pub(super) fn check_cf(
+    shared: &Arc<DbShared>,
+    cf: &Arc<crate::txn::CfShared>,
+) -> Result<IntegrityReport> {
+    let _writer = cf.writer.lock();
+    check_one(shared, cf)
 }

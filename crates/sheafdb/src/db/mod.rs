@@ -11,6 +11,7 @@
 //! Invariants: exactly one `Database` per file at a time (file lock); after
 //! a write or sync fails, the database is poisoned and refuses writes.
 
+mod cf;
 mod checkpoint;
 mod commit;
 mod integrity;
@@ -36,6 +37,7 @@ use crate::txn::{CfShared, Durability, ReadTransaction, WriteTransaction};
 use crate::types::{CfId, Lsn, PageId};
 use crate::wal::{FlusherHandle, Wal};
 
+pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use integrity::IntegrityReport;
 
 /// The system CF's extents: small, they hold only metadata.
@@ -110,6 +112,16 @@ pub(crate) struct DbShared {
     pub cfs: RwLock<BTreeMap<CfId, Arc<CfShared>>>,
     pub policy: ExtentPolicy,
     pub options: Options,
+    /// Every CF's published version, for database-wide snapshots.
+    pub snapshot: arc_swap::ArcSwap<crate::txn::DbVersion>,
+    /// Next CF id (never reused; persisted in the superblock).
+    pub next_cf: AtomicU64,
+    /// Serialises CF creation and drop (not on any commit path).
+    pub cf_registry: Mutex<()>,
+    /// Dropped CFs whose descriptor or extents are not released yet.
+    pub dropped: Mutex<Vec<Arc<CfShared>>>,
+    /// Descriptors the running checkpoint removes from the system tree.
+    pub dropping: Mutex<Vec<(CfId, String)>>,
     wal: OnceLock<Arc<Wal>>,
     /// Pages committed since their CF's durable base, over all CFs.
     pub dirty_pages: Arc<AtomicU64>,
@@ -209,6 +221,15 @@ impl DbShared {
         if let Some(h) = t.checkpointer.take() {
             let _ = h.join();
         }
+    }
+
+    /// Makes `cf` visible: in the registry and the database-wide snapshot.
+    pub fn register_cf(&self, cf: Arc<CfShared>) {
+        let v = cf.current.load_full();
+        let id = cf.id;
+        self.cfs.write().insert(id, cf);
+        self.snapshot
+            .rcu(|old| Arc::new(old.with(&[(id, Some(v.clone()))])));
     }
 
     /// The CF with id `id`.
@@ -416,22 +437,17 @@ impl Database {
         Builder::default()
     }
 
-    fn default_cf(&self) -> Result<Arc<CfShared>> {
-        self.shared.cf(CfId::DEFAULT)
-    }
-
     /// Starts a write transaction on the default column family, waiting for
     /// the one in progress (if any) to finish.
     pub fn begin_write(&self) -> Result<WriteTransaction> {
-        WriteTransaction::begin(self.shared.clone(), self.default_cf()?)
+        WriteTransaction::begin(self.shared.clone(), self.shared.cf(CfId::DEFAULT)?)
     }
 
-    /// Takes a snapshot of the default column family. Never blocks.
+    /// Takes a snapshot of every column family at one instant (a multi-CF
+    /// commit is in all of its CFs or in none). `open_table` on it reads the
+    /// default CF. Never blocks: one atomic load.
     pub fn begin_read(&self) -> Result<ReadTransaction> {
-        Ok(ReadTransaction::new(
-            self.shared.clone(),
-            &*self.default_cf()?,
-        ))
+        Ok(ReadTransaction::for_db(self.shared.clone()))
     }
 
     /// Verifies checksums, tree order and key bounds, page ownership,

@@ -182,6 +182,7 @@ fn new_shared(
     extents: ExtentMap,
     sys: SysState,
 ) -> Result<Arc<DbShared>> {
+    let next_cf = sys.next_cf;
     wal_options(opts)?;
     Ok(Arc::new(DbShared {
         pager: Pager::new(storage, page_size, opts.cache_bytes),
@@ -190,6 +191,11 @@ fn new_shared(
         cfs: RwLock::new(BTreeMap::new()),
         policy: user_policy(opts, page_size),
         options: opts.options.clone(),
+        snapshot: arc_swap::ArcSwap::from_pointee(crate::txn::DbVersion::default()),
+        next_cf: AtomicU64::new(next_cf.0),
+        cf_registry: Mutex::new(()),
+        dropped: Mutex::new(Vec::new()),
+        dropping: Mutex::new(Vec::new()),
         wal: OnceLock::new(),
         dirty_pages: Arc::new(AtomicU64::new(0)),
         last_checkpoint_lsn: AtomicU64::new(0),
@@ -201,7 +207,7 @@ fn new_shared(
     }))
 }
 
-fn new_cf(
+pub(super) fn new_cf(
     shared: &DbShared,
     id: CfId,
     name: String,
@@ -253,7 +259,7 @@ fn create_new(
     };
     let alloc = CfAllocator::new(CfId::DEFAULT, shared.policy, vec![], &[])?;
     let cf = new_cf(&shared, CfId::DEFAULT, desc.name.clone(), alloc, &desc);
-    shared.cfs.write().insert(CfId::DEFAULT, Arc::new(cf));
+    shared.register_cf(Arc::new(cf));
     {
         let mut sys = shared.sys.lock();
         shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, desc)], FIRST_LSN)?;
@@ -347,7 +353,7 @@ fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
         let desc = CfDescriptor::decode(v.as_slice())?;
         let alloc = CfAllocator::new(id, shared.policy, extents.extents_of(id), &desc.free)?;
         let cf = new_cf(shared, id, desc.name.clone(), alloc, &desc);
-        shared.cfs.write().insert(id, Arc::new(cf));
+        shared.register_cf(Arc::new(cf));
     }
     Ok(())
 }

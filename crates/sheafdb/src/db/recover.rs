@@ -56,12 +56,27 @@ impl Replayer {
         let parts = decode_commit(payload)?;
         let mut used = false;
         for part in parts {
+            if let Some(Op::CreateCf { name }) = part.ops.first() {
+                if self.shared.cf(part.cf).is_err() {
+                    // Created after the durable base: build it again.
+                    let cf = self.shared.new_cf_state(part.cf, name, lsn)?;
+                    self.shared.register_cf(cf);
+                    used = true;
+                }
+                continue;
+            }
             let Ok(cf) = self.shared.cf(part.cf) else {
                 // A CF dropped later (its drop is in the base): nothing to do.
                 continue;
             };
             let checkpoint_lsn = cf.base.lock().1;
             if lsn < checkpoint_lsn {
+                continue;
+            }
+            if part.ops.iter().any(|op| matches!(op, Op::DropCf)) {
+                self.cfs.remove(&cf.id);
+                self.shared.unregister_cf(&cf);
+                used = true;
                 continue;
             }
             let r = self.cf_state(&cf)?;
@@ -97,7 +112,8 @@ impl Replayer {
             self.shared
                 .install_version(&r.cf, &mut r.state, &mut slot, version, lsn);
             drop(slot);
-            r.cf.publish(version, Ok(()))?;
+            let shared = &self.shared;
+            r.cf.publish(version, Ok(()), &|v| shared.note_published(r.cf.id, v))?;
         }
         Ok(())
     }

@@ -566,6 +566,25 @@ impl CfAllocator {
         }
     }
 
+    /// Forgets every page of a dropped CF: returns the runs that were
+    /// committed since the base (their cached copies can go) and clears the
+    /// dirty count. The extents themselves are released by the caller.
+    pub fn discard_all(&mut self) -> Vec<(PageId, u32)> {
+        let runs: Vec<(PageId, u32)> = self
+            .recent
+            .iter()
+            .map(|(&p, &(n, _))| (PageId(p), n))
+            .chain(self.freed.iter().map(|(&p, f)| (PageId(p), f.npages)))
+            .collect();
+        let dirty = self.dirty_pages();
+        self.dirty_counter.fetch_sub(dirty, Ordering::Relaxed);
+        self.recent.clear();
+        self.freed.clear();
+        self.free = RangeSet::new();
+        self.extents.clear();
+        runs
+    }
+
     /// Frees a run of the system's previous base right after a checkpoint
     /// made a new base without it (no snapshot ever reads system pages).
     pub fn release_system_run(&mut self, id: PageId, npages: u32) {

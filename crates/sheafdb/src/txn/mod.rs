@@ -67,6 +67,45 @@ pub(crate) struct CfVersion {
     pub batch: Arc<ReclaimBatch>,
 }
 
+/// The published version of every CF at one instant: what a database-wide
+/// snapshot pins. Replaced (copy-on-write) on every publication, so taking
+/// a snapshot is one atomic load.
+#[derive(Debug, Default)]
+pub(crate) struct DbVersion {
+    /// Sorted by id.
+    pub cfs: Vec<(CfId, Arc<CfVersion>)>,
+}
+
+impl DbVersion {
+    /// The version of `cf` in this snapshot.
+    pub fn get(&self, cf: CfId) -> Option<&Arc<CfVersion>> {
+        self.cfs
+            .binary_search_by_key(&cf, |(id, _)| *id)
+            .ok()
+            .map(|i| &self.cfs[i].1)
+    }
+
+    /// A copy with `updates` applied (`None` removes the CF).
+    pub fn with(&self, updates: &[(CfId, Option<Arc<CfVersion>>)]) -> DbVersion {
+        let mut cfs = self.cfs.clone();
+        for (id, v) in updates {
+            match (cfs.binary_search_by_key(id, |(i, _)| *i), v) {
+                (Ok(i), Some(v)) => cfs[i].1 = v.clone(),
+                (Ok(i), None) => {
+                    cfs.remove(i);
+                }
+                (Err(i), Some(v)) => cfs.insert(i, (*id, v.clone())),
+                (Err(_), None) => {}
+            }
+        }
+        DbVersion { cfs }
+    }
+}
+
+/// Called with each newly published version (under the CF's publication
+/// lock, so in order): keeps the database-wide snapshot current.
+pub(crate) type OnPublish<'a> = &'a dyn Fn(&Arc<CfVersion>);
+
 /// The writer side of a CF, behind its writer lock.
 #[derive(Debug)]
 pub(crate) struct WriterSlot {
@@ -91,6 +130,14 @@ pub(crate) struct PublishQueue {
     entries: std::collections::VecDeque<(Arc<CfVersion>, PublishState)>,
 }
 
+impl CfVersion {
+    /// True if no older version of the CF is alive (they would hold this
+    /// version's reclaim batch through the chain).
+    pub fn batch_is_last(&self) -> bool {
+        Arc::strong_count(&self.batch) == 1
+    }
+}
+
 /// Shared state of one column family.
 #[derive(Debug)]
 pub(crate) struct CfShared {
@@ -103,6 +150,8 @@ pub(crate) struct CfShared {
     published: parking_lot::Condvar,
     /// (version, lsn) of the durable base of this CF.
     pub base: Mutex<(Version, Lsn)>,
+    /// Set once the CF is dropped: handles to it report `CfNotFound`.
+    pub dropped: std::sync::atomic::AtomicBool,
     /// Extents the CF's persisted descriptor accounts for (its free list
     /// covers exactly these); extents claimed later are persisted as free.
     pub persisted_extents: Mutex<Vec<crate::format::records::PageRange>>,
@@ -116,6 +165,7 @@ impl CfShared {
             id,
             name,
             persisted_extents: Mutex::new(alloc.extents().to_vec()),
+            dropped: std::sync::atomic::AtomicBool::new(false),
             base: Mutex::new((version.version, version.lsn)),
             writer: Arc::new(Mutex::new(WriterSlot {
                 head: version.clone(),
@@ -142,7 +192,12 @@ impl CfShared {
     /// publishes every ready version at the front of the queue, then waits
     /// until `version` itself is published. `Err(Poisoned)` if it or a
     /// version before it failed.
-    pub fn publish(&self, version: Version, durable: Result<()>) -> Result<()> {
+    pub fn publish(
+        &self,
+        version: Version,
+        durable: Result<()>,
+        on_publish: OnPublish<'_>,
+    ) -> Result<()> {
         let mut q = self.publish.lock();
         let state = if durable.is_ok() {
             PublishState::Ready
@@ -166,7 +221,8 @@ impl CfShared {
                 v.version > self.current.load().version,
                 "publication went backwards"
             );
-            self.current.store(v);
+            self.current.store(v.clone());
+            on_publish(&v);
             self.published.notify_all();
         }
         loop {
@@ -187,6 +243,55 @@ impl CfShared {
     /// True if no committed version waits for publication.
     pub fn all_published(&self) -> bool {
         self.publish.lock().entries.is_empty()
+    }
+
+    /// True if `version` is the oldest unpublished version of this CF.
+    pub fn is_next_to_publish(&self, version: Version) -> bool {
+        self.publish
+            .lock()
+            .entries
+            .front()
+            .is_some_and(|(v, _)| v.version == version)
+    }
+
+    /// Publishes `version`, which must be the only queued one, without
+    /// notifying the database-wide snapshot (the caller publishes several
+    /// CFs at once).
+    pub fn publish_alone(&self, version: &Arc<CfVersion>) {
+        let mut q = self.publish.lock();
+        let front = q.entries.pop_front();
+        assert!(
+            front.is_some_and(|(v, _)| v.version == version.version) && q.entries.is_empty(),
+            "multi-CF publication out of order in cf {}",
+            self.id
+        );
+        self.current.store(version.clone());
+        self.published.notify_all();
+    }
+
+    /// Makes the initial version of a just-created CF version 1 (the
+    /// creation), leaving the durable base at version 0.
+    pub fn bump_created_version(&self) {
+        let mut slot = self.writer.lock();
+        let v0 = slot.head.clone();
+        let v1 = Arc::new(CfVersion {
+            version: Version(1),
+            catalog: v0.catalog,
+            next_table: v0.next_table,
+            lsn: Lsn(v0.lsn.0 + 1),
+            batch: ReclaimBatch::new(self.alloc.lock().released_sink()),
+        });
+        v0.batch.seal(Vec::new(), v1.batch.clone());
+        slot.head = v1.clone();
+        self.current.store(v1);
+    }
+
+    /// Errors if the CF was dropped.
+    pub fn check_live(&self) -> Result<()> {
+        if self.dropped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::CfNotFound(self.name.clone()));
+        }
+        Ok(())
     }
 }
 
@@ -238,52 +343,120 @@ fn list_catalog<S: btree::store::PageRead>(store: &S, catalog: &TreeRoot) -> Res
     Ok(names)
 }
 
-/// A consistent read-only view of one CF. Never blocks writers and is never
-/// blocked by them. Cheap: holding one costs the pages it keeps alive.
+/// What a read transaction pins: one CF's version, or every CF's.
+#[derive(Debug)]
+enum Snap {
+    One(CfId, Arc<CfVersion>),
+    All(Arc<DbVersion>),
+}
+
+/// A consistent read-only snapshot. Never blocks writers and is never
+/// blocked by them. From `Database::begin_read` it covers every column
+/// family at one instant (a multi-CF commit is visible in all its CFs or in
+/// none); from `ColumnFamily::begin_read` it covers that CF only.
+/// `open_table` reads the *home* CF (the default CF, or the one it was
+/// taken from); `open_table_in` reads any CF the snapshot covers.
 #[derive(Debug)]
 pub struct ReadTransaction {
-    pages: ReadPages,
-    version: Arc<CfVersion>,
+    shared: Arc<DbShared>,
+    home: CfId,
+    snap: Snap,
 }
 
 impl ReadTransaction {
-    pub(crate) fn new(shared: Arc<DbShared>, cf: &CfShared) -> ReadTransaction {
+    /// A snapshot of one CF.
+    pub(crate) fn for_cf(shared: Arc<DbShared>, cf: &CfShared) -> ReadTransaction {
         ReadTransaction {
-            pages: ReadPages::new(shared, cf.id),
-            version: cf.current.load_full(),
+            shared,
+            home: cf.id,
+            snap: Snap::One(cf.id, cf.current.load_full()),
         }
     }
 
-    /// Opens a table for reading. `TableNotFound` if it does not exist,
-    /// `TableTypeMismatch` if it was created with other types.
-    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+    /// A snapshot of every CF; the home CF is the default one.
+    pub(crate) fn for_db(shared: Arc<DbShared>) -> ReadTransaction {
+        let all = shared.snapshot.load_full();
+        ReadTransaction {
+            shared,
+            home: CfId::DEFAULT,
+            snap: Snap::All(all),
+        }
+    }
+
+    fn version_of(&self, cf: CfId, name: &str) -> Result<(ReadPages, Arc<CfVersion>)> {
+        let v = match &self.snap {
+            Snap::One(id, v) if *id == cf => Some(v.clone()),
+            Snap::One(..) => None,
+            Snap::All(all) => all.get(cf).cloned(),
+        };
+        let v = v.ok_or_else(|| Error::CfNotFound(name.to_string()))?;
+        Ok((ReadPages::new(self.shared.clone(), cf), v))
+    }
+
+    fn open_in<K: Key + 'static, V: Value + 'static>(
         &self,
+        cf: CfId,
+        cf_name: &str,
         def: TableDefinition<'_, K, V>,
     ) -> Result<ReadOnlyTable<K, V>> {
         let name = def.name();
         check_table_name(name)?;
-        let meta = lookup_table(&self.pages, &self.version.catalog, name)?
+        let (pages, version) = self.version_of(cf, cf_name)?;
+        let meta = lookup_table(&pages, &version.catalog, name)?
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         check_types::<K, V>(name, &meta)?;
-        Ok(ReadOnlyTable::new(
-            self.pages.clone(),
-            TreeRoot {
-                root: meta.root,
-                len: meta.len,
-            },
-            self.version.clone(),
-        ))
+        let root = TreeRoot {
+            root: meta.root,
+            len: meta.len,
+        };
+        Ok(ReadOnlyTable::new(pages, root, version))
     }
 
-    /// Names of all tables, sorted.
+    /// Opens a table of the home CF for reading. `TableNotFound` if it does
+    /// not exist, `TableTypeMismatch` if it was created with other types.
+    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyTable<K, V>> {
+        self.open_in(self.home, "default", def)
+    }
+
+    /// Opens a table of column family `cf` (which this snapshot must cover).
+    pub fn open_table_in<K: Key + 'static, V: Value + 'static>(
+        &self,
+        cf: &crate::db::ColumnFamily,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyTable<K, V>> {
+        self.open_in(cf.id(), cf.name(), def)
+    }
+
+    /// Names of the home CF's tables, sorted.
     pub fn list_tables(&self) -> Result<Vec<String>> {
-        list_catalog(&self.pages, &self.version.catalog)
+        let (pages, v) = self.version_of(self.home, "default")?;
+        list_catalog(&pages, &v.catalog)
     }
 
-    /// The version this snapshot reads.
-    pub fn version(&self) -> u64 {
-        self.version.version.0
+    /// Names of `cf`'s tables, sorted.
+    pub fn list_tables_in(&self, cf: &crate::db::ColumnFamily) -> Result<Vec<String>> {
+        let (pages, v) = self.version_of(cf.id(), cf.name())?;
+        list_catalog(&pages, &v.catalog)
     }
+
+    /// The version of the home CF this snapshot reads.
+    pub fn version(&self) -> u64 {
+        match &self.snap {
+            Snap::One(_, v) => v.version.0,
+            Snap::All(all) => all.get(self.home).map_or(0, |v| v.version.0),
+        }
+    }
+}
+
+/// Entry count and table id of a table, whatever its types.
+pub(crate) fn table_len_untyped(rx: &ReadTransaction, name: &str) -> Result<(u64, TableId)> {
+    let (pages, v) = rx.version_of(rx.home, "default")?;
+    let meta = lookup_table(&pages, &v.catalog, name)?
+        .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+    Ok((meta.len, meta.id))
 }
 
 /// Per-table state inside a write transaction.
@@ -392,9 +565,11 @@ impl WriteTransaction {
     /// Waits for the CF's writer lock and starts from its latest version.
     pub(crate) fn begin(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<WriteTransaction> {
         shared.check_writable()?;
+        cf.check_live()?;
         shared.stall_if_dirty()?;
         let lock = cf.writer.lock_arc();
         shared.check_writable()?;
+        cf.check_live()?;
         let base = lock.head.clone();
         let pages = TxnPages::new(shared.clone(), cf.id, cf.alloc.clone());
         let state = WriteState {
@@ -579,5 +754,100 @@ impl Drop for WriteTransaction {
         if !self.finished {
             self.state.get_mut().pages.rollback();
         }
+    }
+}
+
+/// A write transaction over several column families, committed as one WAL
+/// record: all or nothing, also across a crash. Takes the writer locks of
+/// its CFs in ascending `CfId` order when it begins.
+pub struct MultiWriteTransaction {
+    txns: Vec<WriteTransaction>,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for MultiWriteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<CfId> = self.txns.iter().map(|t| t.cf.id).collect();
+        f.debug_struct("MultiWriteTransaction")
+            .field("cfs", &ids)
+            .finish()
+    }
+}
+
+impl MultiWriteTransaction {
+    /// Locks `cfs` (any order, duplicates ignored) in ascending id order.
+    pub(crate) fn begin(shared: Arc<DbShared>, mut cfs: Vec<Arc<CfShared>>) -> Result<Self> {
+        cfs.sort_by_key(|c| c.id);
+        cfs.dedup_by_key(|c| c.id);
+        if cfs.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a transaction needs at least one column family".into(),
+            ));
+        }
+        let mut txns = Vec::with_capacity(cfs.len());
+        for cf in cfs {
+            txns.push(WriteTransaction::begin(shared.clone(), cf)?);
+        }
+        Ok(MultiWriteTransaction {
+            durability: shared.options.durability,
+            txns,
+        })
+    }
+
+    fn txn_for(&self, cf: CfId, name: &str) -> Result<&WriteTransaction> {
+        self.txns.iter().find(|t| t.cf.id == cf).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "column family {name:?} is not part of this transaction"
+            ))
+        })
+    }
+
+    /// Opens (creating if needed) a table of `cf`, which must be one of the
+    /// transaction's column families.
+    pub fn open_table<'txn, K: Key + 'static, V: Value + 'static>(
+        &'txn self,
+        cf: &crate::db::ColumnFamily,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Table<'txn, K, V>> {
+        self.txn_for(cf.id(), cf.name())?.open_table(def)
+    }
+
+    /// Deletes a table of `cf`.
+    pub fn delete_table(&self, cf: &crate::db::ColumnFamily, name: &str) -> Result<bool> {
+        self.txn_for(cf.id(), cf.name())?.delete_table(name)
+    }
+
+    /// Sets how durable `commit` makes the transaction.
+    pub fn set_durability(&mut self, d: Durability) {
+        self.durability = d;
+    }
+
+    /// Commits every CF's changes atomically.
+    pub fn commit(mut self) -> Result<()> {
+        let shared = self.txns[0].shared.clone();
+        let mut parts = Vec::with_capacity(self.txns.len());
+        for t in &mut self.txns {
+            t.finished = true;
+            let lock = t.lock.take().expect("writer lock held until commit");
+            parts.push((t.cf.clone(), lock));
+        }
+        let mut guards: Vec<_> = self.txns.iter().map(|t| t.state.lock()).collect();
+        for g in guards.iter_mut() {
+            g.flush_tables()?;
+        }
+        let mut states: Vec<&mut WriteState> = guards.iter_mut().map(|g| &mut **g).collect();
+        let result = shared.commit_multi(&mut parts, &mut states, self.durability);
+        if result.is_err() {
+            for st in states {
+                st.pages.rollback();
+            }
+        }
+        result
+    }
+
+    /// Discards every change.
+    pub fn abort(self) -> Result<()> {
+        drop(self);
+        Ok(())
     }
 }

@@ -1,0 +1,257 @@
+//! Column families (DESIGN §8): creation and drop through the WAL, the
+//! `ColumnFamily` handle, per-CF statistics.
+//!
+//! Creating or dropping a CF appends one small record and waits for its
+//! sync; no data-file write, no header rewrite. `CfId`s come from a counter
+//! that is never reset (persisted in the superblock and advanced by replay),
+//! so a dropped-then-recreated name never receives the old CF's records.
+//! A dropped CF disappears from the system tree at the next checkpoint;
+//! its extents return to the shared pool once no snapshot can read them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Database, DbShared};
+use crate::error::{Error, Result};
+use crate::format::records::CfDescriptor;
+use crate::pager::alloc::CfAllocator;
+use crate::txn::{CfShared, MultiWriteTransaction, ReadTransaction, WriteTransaction};
+use crate::types::{CfId, Lsn, TableId, Version};
+use crate::wal::record::{CfPart, Op};
+
+/// Longest column family name in bytes.
+pub const MAX_CF_NAME: usize = 255;
+
+/// A handle to a column family: cheap to clone, `Send + Sync`. After the
+/// CF is dropped, every use returns `CfNotFound`.
+#[derive(Clone, Debug)]
+pub struct ColumnFamily {
+    pub(crate) shared: Arc<DbShared>,
+    pub(crate) cf: Arc<CfShared>,
+}
+
+/// What a column family holds and occupies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CfStats {
+    /// Tables in the CF.
+    pub tables: u64,
+    /// Entries over all tables.
+    pub entries: u64,
+    /// Pages of the CF's extents in use (neither free nor waiting).
+    pub pages_in_use: u64,
+    /// Extents owned.
+    pub extents: u64,
+    /// Bytes of the CF's extents.
+    pub extent_bytes: u64,
+    /// Bytes committed but not yet checkpointed.
+    pub dirty_bytes: u64,
+}
+
+impl ColumnFamily {
+    /// The CF's name.
+    pub fn name(&self) -> &str {
+        &self.cf.name
+    }
+
+    /// The CF's id (stable for its lifetime, never reused).
+    pub fn id(&self) -> CfId {
+        self.cf.id
+    }
+
+    /// Starts a write transaction on this CF; waits for the one in progress
+    /// on the same CF (other CFs do not matter).
+    pub fn begin_write(&self) -> Result<WriteTransaction> {
+        WriteTransaction::begin(self.shared.clone(), self.cf.clone())
+    }
+
+    /// A snapshot of this CF. Never blocks.
+    pub fn begin_read(&self) -> Result<ReadTransaction> {
+        self.cf.check_live()?;
+        Ok(ReadTransaction::for_cf(self.shared.clone(), &self.cf))
+    }
+
+    /// Statistics of the CF's latest published version.
+    pub fn stats(&self) -> Result<CfStats> {
+        self.cf.check_live()?;
+        let rx = self.begin_read()?;
+        let mut stats = CfStats::default();
+        for name in rx.list_tables()? {
+            let (len, _) = crate::txn::table_len_untyped(&rx, &name)?;
+            stats.tables += 1;
+            stats.entries += len;
+        }
+        let a = self.cf.alloc.lock();
+        let ps = self.shared.pager.page_size() as u64;
+        let extent_pages: u64 = a.extents().iter().map(|e| e.pages).sum();
+        stats.extents = a.extents().len() as u64;
+        stats.extent_bytes = extent_pages * ps;
+        stats.pages_in_use = extent_pages - a.free_set().pages() - a.pending_set().pages();
+        stats.dirty_bytes = a.dirty_pages() * ps;
+        Ok(stats)
+    }
+
+    /// Checks this CF's trees and space (see `Database::check_integrity`).
+    pub fn check_integrity(&self) -> Result<super::IntegrityReport> {
+        self.cf.check_live()?;
+        super::integrity::check_cf(&self.shared, &self.cf)
+    }
+}
+
+fn check_cf_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_CF_NAME {
+        return Err(Error::InvalidArgument(format!(
+            "column family names are 1 to {MAX_CF_NAME} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl DbShared {
+    fn cf_by_name(&self, name: &str) -> Option<Arc<CfShared>> {
+        self.cfs.read().values().find(|c| c.name == name).cloned()
+    }
+
+    /// Builds the in-memory state of a CF created by the record at `lsn`.
+    pub(crate) fn new_cf_state(&self, id: CfId, name: &str, lsn: Lsn) -> Result<Arc<CfShared>> {
+        let desc = CfDescriptor {
+            name: name.to_string(),
+            catalog_root: None,
+            catalog_len: 0,
+            next_table: TableId(1),
+            checkpoint_lsn: lsn,
+            version: Version(0),
+            free: vec![],
+        };
+        let alloc = CfAllocator::new(id, self.policy, vec![], &[])?;
+        let cf = super::open::new_cf(self, id, name.to_string(), alloc, &desc);
+        // Version 1 is the creation itself: newer than the (empty) durable
+        // base, so the next checkpoint records the CF.
+        cf.bump_created_version();
+        self.next_cf.fetch_max(id.0 + 1, Ordering::AcqRel);
+        Ok(Arc::new(cf))
+    }
+
+    /// Removes a CF from the registry and the database-wide snapshot; its
+    /// descriptor and extents are released by later checkpoints.
+    pub(crate) fn unregister_cf(&self, cf: &Arc<CfShared>) {
+        cf.dropped.store(true, Ordering::Release);
+        self.cfs.write().remove(&cf.id);
+        let id = cf.id;
+        self.snapshot.rcu(|old| Arc::new(old.with(&[(id, None)])));
+        self.dropped.lock().push(cf.clone());
+    }
+
+    fn log_cf_record(&self, cf: CfId, op: Op<'_>) -> Result<Lsn> {
+        let mut payload = Vec::new();
+        crate::wal::record::encode_commit(&[CfPart { cf, ops: vec![op] }], &mut payload);
+        let (lsn, end) = self.wal().append(&payload).inspect_err(|_| self.poison())?;
+        self.wal()
+            .wait_durable(end)
+            .inspect_err(|_| self.poison())?;
+        Ok(lsn)
+    }
+
+    fn create_cf(self: &Arc<Self>, name: &str) -> Result<Arc<CfShared>> {
+        let id = CfId(self.next_cf.fetch_add(1, Ordering::AcqRel));
+        let lsn = self.log_cf_record(id, Op::CreateCf { name })?;
+        let cf = self.new_cf_state(id, name, lsn)?;
+        self.register_cf(cf.clone());
+        Ok(cf)
+    }
+}
+
+impl Database {
+    fn handle(&self, cf: Arc<CfShared>) -> ColumnFamily {
+        ColumnFamily {
+            shared: self.shared.clone(),
+            cf,
+        }
+    }
+
+    /// Creates a column family. `CfExists` if the name is taken.
+    pub fn create_cf(&self, name: &str) -> Result<ColumnFamily> {
+        check_cf_name(name)?;
+        self.shared.check_writable()?;
+        let _registry = self.shared.cf_registry.lock();
+        if self.shared.cf_by_name(name).is_some() {
+            return Err(Error::CfExists(name.to_string()));
+        }
+        Ok(self.handle(self.shared.create_cf(name)?))
+    }
+
+    /// The column family `name`. `CfNotFound` if there is none.
+    pub fn cf(&self, name: &str) -> Result<ColumnFamily> {
+        self.shared
+            .cf_by_name(name)
+            .map(|cf| self.handle(cf))
+            .ok_or_else(|| Error::CfNotFound(name.to_string()))
+    }
+
+    /// The column family `name`, created if missing. Two threads calling
+    /// this at once get the same CF.
+    pub fn cf_or_create(&self, name: &str) -> Result<ColumnFamily> {
+        check_cf_name(name)?;
+        if let Some(cf) = self.shared.cf_by_name(name) {
+            return Ok(self.handle(cf));
+        }
+        self.shared.check_writable()?;
+        let _registry = self.shared.cf_registry.lock();
+        if let Some(cf) = self.shared.cf_by_name(name) {
+            return Ok(self.handle(cf));
+        }
+        Ok(self.handle(self.shared.create_cf(name)?))
+    }
+
+    /// Drops a column family and all its tables. Waits for its writer in
+    /// progress, if any. The default CF cannot be dropped.
+    pub fn drop_cf(&self, name: &str) -> Result<()> {
+        self.shared.check_writable()?;
+        let _registry = self.shared.cf_registry.lock();
+        let cf = self
+            .shared
+            .cf_by_name(name)
+            .ok_or_else(|| Error::CfNotFound(name.to_string()))?;
+        if cf.id == CfId::DEFAULT {
+            return Err(Error::InvalidArgument(
+                "the default column family cannot be dropped".into(),
+            ));
+        }
+        let _writer = cf.writer.lock();
+        while !cf.all_published() {
+            self.shared.check_writable()?;
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        self.shared.log_cf_record(cf.id, Op::DropCf)?;
+        self.shared.unregister_cf(&cf);
+        Ok(())
+    }
+
+    /// Names of all column families (the default one included), sorted.
+    pub fn list_cfs(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .shared
+            .cfs
+            .read()
+            .values()
+            .map(|c| c.name.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The default column family's handle.
+    pub fn default_cf(&self) -> Result<ColumnFamily> {
+        Ok(self.handle(self.shared.cf(CfId::DEFAULT)?))
+    }
+
+    /// A write transaction over several column families, committed
+    /// atomically with one WAL record. Locks them in `CfId` order up front.
+    pub fn begin_write_cfs(&self, cfs: &[&ColumnFamily]) -> Result<MultiWriteTransaction> {
+        for c in cfs {
+            c.cf.check_live()?;
+        }
+        let arcs = cfs.iter().map(|c| c.cf.clone()).collect();
+        MultiWriteTransaction::begin(self.shared.clone(), arcs)
+    }
+}
