@@ -97,7 +97,7 @@ fn batch(cf: &sheafdb::ColumnFamily, thread: usize, i: u64, value: &[u8]) -> Res
     let tx = cf.begin_write()?;
     {
         let mut t = tx.open_table(ROWS)?;
-        let base = (thread as u64) << 40 | (i % 64) * 1000;
+        let base = ((thread as u64) << 40) | ((i % 64) * 1000);
         for k in 0..1000 {
             t.insert(base + k, value)?;
         }

@@ -122,19 +122,7 @@ impl Replayer {
 impl CfReplay {
     fn new(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<CfReplay> {
         let base = cf.writer.lock().head.clone();
-        let pages = TxnPages::new(shared, cf.id, cf.alloc.clone());
-        let state = WriteState {
-            cf: cf.id,
-            pages,
-            catalog: base.catalog,
-            next_table: base.next_table,
-            base,
-            tables: HashMap::new(),
-            open: Default::default(),
-            catalog_changed: false,
-            log: None,
-            log_max_bytes: 0,
-        };
+        let state = WriteState::new(shared, &cf, base, None);
         let mut names = HashMap::new();
         let mut cursor = btree::Cursor::new(&state.catalog, Bound::Unbounded, Bound::Unbounded);
         while let Some((k, v)) = cursor.next(&state.pages)? {

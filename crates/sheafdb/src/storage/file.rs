@@ -253,56 +253,13 @@ mod tests {
     }
 
     #[test]
-    fn write_read_round_trip() {
-        let (_d, vfs) = vfs();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(0, b"hello world").unwrap();
-        f.write_at(6, b"there").unwrap();
-        let mut buf = [0u8; 11];
-        f.read_at(0, &mut buf).unwrap();
-        assert_eq!(&buf, b"hello there");
-        assert_eq!(f.len().unwrap(), 11);
-        f.sync_data().unwrap();
-    }
-
-    #[test]
-    fn write_past_end_zero_fills() {
-        let (_d, vfs) = vfs();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(10, b"x").unwrap();
-        let mut buf = [1u8; 11];
-        f.read_at(0, &mut buf).unwrap();
-        assert_eq!(&buf[..10], &[0u8; 10]);
-        assert_eq!(buf[10], b'x');
-    }
-
-    #[test]
-    fn read_past_eof_is_unexpected_eof() {
-        let (_d, vfs) = vfs();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(0, b"abc").unwrap();
-        let mut buf = [0u8; 4];
-        let err = f.read_at(0, &mut buf).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        let err = f.read_at(100, &mut buf[..1]).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-    }
-
-    #[test]
-    fn vectored_write_equals_concatenation() {
-        let (_d, vfs) = vfs();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        // More buffers than IOV_MAX, of varied sizes including empty ones.
-        let owned: Vec<Vec<u8>> = (0..3000u32)
-            .map(|i| vec![(i % 251) as u8; (i % 7) as usize])
-            .collect();
-        let bufs: Vec<&[u8]> = owned.iter().map(|b| b.as_slice()).collect();
-        f.write_vectored_at(5, &bufs).unwrap();
-        let expected: Vec<u8> = owned.concat();
-        let mut got = vec![0u8; expected.len()];
-        f.read_at(5, &mut got).unwrap();
-        assert_eq!(got, expected);
-        assert_eq!(f.len().unwrap(), 5 + expected.len() as u64);
+    fn conformance() {
+        let dirs = std::sync::Mutex::new(Vec::new());
+        crate::storage::conformance::run_all(&|| {
+            let (d, vfs) = vfs();
+            dirs.lock().unwrap().push(d);
+            Box::new(vfs)
+        });
     }
 
     #[test]
@@ -326,37 +283,6 @@ mod tests {
     }
 
     #[test]
-    fn set_len_truncates_and_extends() {
-        let (_d, vfs) = vfs();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(0, b"abcdef").unwrap();
-        f.set_len(3).unwrap();
-        assert_eq!(f.len().unwrap(), 3);
-        f.set_len(6).unwrap();
-        let mut buf = [9u8; 6];
-        f.read_at(0, &mut buf).unwrap();
-        assert_eq!(&buf, b"abc\0\0\0");
-    }
-
-    #[test]
-    fn open_modes() {
-        let (_d, vfs) = vfs();
-        let err = vfs.open("a", OpenMode::Existing).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::NotFound);
-        vfs.open("a", OpenMode::CreateNew)
-            .unwrap()
-            .write_at(0, b"keep")
-            .unwrap();
-        let err = vfs.open("a", OpenMode::CreateNew).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
-        // OpenOrCreate does not truncate.
-        let f = vfs.open("a", OpenMode::OpenOrCreate).unwrap();
-        assert_eq!(f.len().unwrap(), 4);
-        vfs.open("b", OpenMode::OpenOrCreate).unwrap();
-        assert!(vfs.exists("b").unwrap());
-    }
-
-    #[test]
     fn list_remove_exists_sync_dir() {
         let (d, vfs) = vfs();
         vfs.open("b", OpenMode::CreateNew).unwrap();
@@ -370,29 +296,6 @@ mod tests {
         let err = vfs.remove("a").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         vfs.sync_dir().unwrap();
-    }
-
-    #[test]
-    fn bad_names_are_rejected() {
-        let (_d, vfs) = vfs();
-        for name in ["", ".", "..", "a/b", "../x"] {
-            let err = vfs.open(name, OpenMode::OpenOrCreate).unwrap_err();
-            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
-        }
-    }
-
-    #[test]
-    fn lock_is_exclusive_until_dropped() {
-        let (_d, vfs) = vfs();
-        let guard = vfs.lock("db.lock").unwrap();
-        let err = vfs.lock("db.lock").unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
-        // A different name is independent.
-        let other = vfs.lock("other.lock").unwrap();
-        drop(guard);
-        let again = vfs.lock("db.lock").unwrap();
-        drop(again);
-        drop(other);
     }
 
     #[test]

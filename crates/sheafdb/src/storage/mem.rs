@@ -235,41 +235,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_read_round_trip() {
-        let vfs = MemVfs::new();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(0, b"hello world").unwrap();
-        f.write_at(6, b"there").unwrap();
-        let mut buf = [0u8; 11];
-        f.read_at(0, &mut buf).unwrap();
-        assert_eq!(&buf, b"hello there");
-        assert_eq!(f.len().unwrap(), 11);
-        f.sync_data().unwrap();
-    }
-
-    #[test]
-    fn write_past_end_zero_fills() {
-        let vfs = MemVfs::new();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(10, b"x").unwrap();
-        let mut buf = [1u8; 11];
-        f.read_at(0, &mut buf).unwrap();
-        assert_eq!(&buf[..10], &[0u8; 10]);
-        assert_eq!(buf[10], b'x');
-    }
-
-    #[test]
-    fn read_past_eof_is_unexpected_eof() {
-        let vfs = MemVfs::new();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(0, b"abc").unwrap();
-        let mut buf = [0u8; 4];
-        let err = f.read_at(0, &mut buf).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        let err = f.read_at(u64::MAX, &mut buf[..1]).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-        // An empty read at the end is fine.
-        f.read_at(3, &mut []).unwrap();
+    fn conformance() {
+        crate::storage::conformance::run_all(&|| Box::new(MemVfs::new()));
     }
 
     #[test]
@@ -280,34 +247,6 @@ mod tests {
         assert!(f.set_len(u64::MAX).is_err());
         assert!(f.write_at(u64::MAX / 2, b"x").is_err());
         assert_eq!(f.len().unwrap(), 0);
-    }
-
-    #[test]
-    fn vectored_write_equals_concatenation() {
-        let vfs = MemVfs::new();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        let owned: Vec<Vec<u8>> = (0..2000u32)
-            .map(|i| vec![(i % 251) as u8; (i % 5) as usize])
-            .collect();
-        let bufs: Vec<&[u8]> = owned.iter().map(|b| b.as_slice()).collect();
-        f.write_vectored_at(3, &bufs).unwrap();
-        let expected = owned.concat();
-        let mut got = vec![0u8; expected.len()];
-        f.read_at(3, &mut got).unwrap();
-        assert_eq!(got, expected);
-    }
-
-    #[test]
-    fn set_len_truncates_and_extends() {
-        let vfs = MemVfs::new();
-        let f = vfs.open("a", OpenMode::CreateNew).unwrap();
-        f.write_at(0, b"abcdef").unwrap();
-        f.set_len(3).unwrap();
-        assert_eq!(f.len().unwrap(), 3);
-        f.set_len(6).unwrap();
-        let mut buf = [9u8; 6];
-        f.read_at(0, &mut buf).unwrap();
-        assert_eq!(&buf, b"abc\0\0\0");
     }
 
     #[test]
@@ -340,27 +279,6 @@ mod tests {
             .unwrap();
         let f = other.open("a", OpenMode::Existing).unwrap();
         assert_eq!(f.len().unwrap(), 1);
-    }
-
-    #[test]
-    fn bad_names_are_rejected() {
-        let vfs = MemVfs::new();
-        for name in ["", ".", "..", "a/b"] {
-            let err = vfs.open(name, OpenMode::OpenOrCreate).unwrap_err();
-            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-        }
-    }
-
-    #[test]
-    fn lock_is_exclusive_until_dropped() {
-        let vfs = MemVfs::new();
-        let guard = vfs.lock("l").unwrap();
-        assert!(vfs.exists("l").unwrap());
-        let err = vfs.clone().lock("l").unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
-        let _other = vfs.lock("m").unwrap();
-        drop(guard);
-        let _again = vfs.lock("l").unwrap();
     }
 
     #[test]

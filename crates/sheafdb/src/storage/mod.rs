@@ -20,6 +20,7 @@
 //!   of that file survives a crash. Creating or removing a file survives a
 //!   crash only after `Vfs::sync_dir`.
 
+mod conformance;
 pub mod file;
 pub mod mem;
 pub mod sim;

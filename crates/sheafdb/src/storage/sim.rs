@@ -658,6 +658,11 @@ impl SplitMix64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn conformance() {
+        crate::storage::conformance::run_all(&|| Box::new(SimVfs::new()));
+    }
+
     const SEEDS: u64 = 300;
 
     fn create(vfs: &SimVfs, name: &str) -> Arc<dyn Storage> {

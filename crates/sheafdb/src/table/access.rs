@@ -38,69 +38,57 @@ impl Stored {
     }
 }
 
-/// A stored value. `value()` borrows from the page it lives in.
-pub struct AccessGuard<V: Value + 'static> {
-    bytes: Stored,
-    _v: PhantomData<fn() -> V>,
+/// Declares a guard type: stored bytes of one key or value, decoded on
+/// demand by `$decode` (validated once when the guard is made).
+macro_rules! guard {
+    ($(#[$doc:meta])* $name:ident, $trait:ident, $decode:ident) => {
+        $(#[$doc])*
+        pub struct $name<T: $trait + 'static> {
+            bytes: Stored,
+            _t: PhantomData<fn() -> T>,
+        }
+
+        impl<T: $trait + 'static> std::fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.value())
+            }
+        }
+
+        impl<T: $trait + 'static> $name<T> {
+            fn new(bytes: Stored) -> Result<$name<T>> {
+                T::$decode(bytes.as_slice())?;
+                Ok($name {
+                    bytes,
+                    _t: PhantomData,
+                })
+            }
+
+            /// The decoded contents, borrowing from the page where the type
+            /// allows.
+            pub fn value(&self) -> T::SelfType<'_> {
+                T::$decode(self.bytes.as_slice()).expect("validated when the guard was made")
+            }
+
+            /// The encoded bytes.
+            pub fn raw_bytes(&self) -> &[u8] {
+                self.bytes.as_slice()
+            }
+        }
+    };
 }
 
-impl<V: Value + 'static> std::fmt::Debug for AccessGuard<V> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AccessGuard({:?})", self.value())
-    }
-}
-
-impl<V: Value + 'static> AccessGuard<V> {
-    fn new(bytes: Stored) -> Result<AccessGuard<V>> {
-        V::decode_value(bytes.as_slice())?;
-        Ok(AccessGuard {
-            bytes,
-            _v: PhantomData,
-        })
-    }
-
-    /// The decoded value.
-    pub fn value(&self) -> V::SelfType<'_> {
-        V::decode_value(self.bytes.as_slice()).expect("validated when the guard was made")
-    }
-
-    /// The encoded bytes.
-    pub fn raw_bytes(&self) -> &[u8] {
-        self.bytes.as_slice()
-    }
-}
-
-/// A stored key. `value()` borrows from the page it lives in.
-pub struct KeyGuard<K: Key + 'static> {
-    bytes: Stored,
-    _k: PhantomData<fn() -> K>,
-}
-
-impl<K: Key + 'static> std::fmt::Debug for KeyGuard<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KeyGuard({:?})", self.value())
-    }
-}
-
-impl<K: Key + 'static> KeyGuard<K> {
-    fn new(bytes: Stored) -> Result<KeyGuard<K>> {
-        K::decode_key(bytes.as_slice())?;
-        Ok(KeyGuard {
-            bytes,
-            _k: PhantomData,
-        })
-    }
-
-    /// The decoded key.
-    pub fn value(&self) -> K::SelfType<'_> {
-        K::decode_key(self.bytes.as_slice()).expect("validated when the guard was made")
-    }
-
-    /// The encoded bytes.
-    pub fn raw_bytes(&self) -> &[u8] {
-        self.bytes.as_slice()
-    }
-}
+guard!(
+    /// A stored value. `value()` borrows from the page it lives in.
+    AccessGuard,
+    Value,
+    decode_value
+);
+guard!(
+    /// A stored key. `value()` borrows from the page it lives in.
+    KeyGuard,
+    Key,
+    decode_key
+);
 
 type Entry<K, V> = (KeyGuard<K>, AccessGuard<V>);
 

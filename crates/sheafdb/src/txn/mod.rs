@@ -503,6 +503,28 @@ pub(crate) struct WriteState {
 }
 
 impl WriteState {
+    /// A fresh state over `base` of `cf`; `log_max_bytes` is `None` for a
+    /// state that logs nothing (WAL replay).
+    pub fn new(
+        shared: Arc<DbShared>,
+        cf: &CfShared,
+        base: Arc<CfVersion>,
+        log_max_bytes: Option<usize>,
+    ) -> WriteState {
+        WriteState {
+            cf: cf.id,
+            pages: TxnPages::new(shared, cf.id, cf.alloc.clone()),
+            catalog: base.catalog,
+            next_table: base.next_table,
+            base,
+            tables: HashMap::new(),
+            open: HashSet::new(),
+            catalog_changed: false,
+            log: log_max_bytes.map(|_| CommitEncoder::new()),
+            log_max_bytes: log_max_bytes.unwrap_or(0),
+        }
+    }
+
     /// Records a logical operation for the WAL record.
     pub fn log(&mut self, op: &Op<'_>) {
         if let Some(enc) = &mut self.log {
@@ -570,20 +592,8 @@ impl WriteTransaction {
         let lock = cf.writer.lock_arc();
         shared.check_writable()?;
         cf.check_live()?;
-        let base = lock.head.clone();
-        let pages = TxnPages::new(shared.clone(), cf.id, cf.alloc.clone());
-        let state = WriteState {
-            cf: cf.id,
-            pages,
-            catalog: base.catalog,
-            next_table: base.next_table,
-            base,
-            tables: HashMap::new(),
-            open: HashSet::new(),
-            catalog_changed: false,
-            log: Some(CommitEncoder::new()),
-            log_max_bytes: shared.options.wal_record_max_bytes,
-        };
+        let log_max = shared.options.wal_record_max_bytes;
+        let state = WriteState::new(shared.clone(), &cf, lock.head.clone(), Some(log_max));
         Ok(WriteTransaction {
             shared: shared.clone(),
             cf,
