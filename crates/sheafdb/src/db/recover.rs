@@ -28,6 +28,8 @@ struct CfReplay {
     state: WriteState,
     names: HashMap<TableId, String>,
     last_lsn: Lsn,
+    /// The CF's checkpoint LSN (fixed during replay).
+    checkpoint_lsn: Lsn,
 }
 
 /// Applies WAL records to the CFs of a database being opened.
@@ -65,21 +67,24 @@ impl Replayer {
                 }
                 continue;
             }
-            let Ok(cf) = self.shared.cf(part.cf) else {
-                // A CF dropped later (its drop is in the base): nothing to do.
-                continue;
-            };
-            let checkpoint_lsn = cf.base.lock().1;
-            if lsn < checkpoint_lsn {
+            if !self.cfs.contains_key(&part.cf) {
+                let Ok(cf) = self.shared.cf(part.cf) else {
+                    // A CF dropped later (its drop is in the base): nothing to do.
+                    continue;
+                };
+                let r = CfReplay::new(self.shared.clone(), cf)?;
+                self.cfs.insert(part.cf, r);
+            }
+            let r = self.cfs.get_mut(&part.cf).expect("inserted");
+            if lsn < r.checkpoint_lsn {
                 continue;
             }
             if part.ops.iter().any(|op| matches!(op, Op::DropCf)) {
-                self.cfs.remove(&cf.id);
-                self.shared.unregister_cf(&cf);
+                let r = self.cfs.remove(&part.cf).expect("present");
+                self.shared.unregister_cf(&r.cf);
                 used = true;
                 continue;
             }
-            let r = self.cf_state(&cf)?;
             for op in &part.ops {
                 r.apply(op)?;
             }
@@ -88,14 +93,6 @@ impl Replayer {
         }
         self.applied += used as u64;
         Ok(())
-    }
-
-    fn cf_state(&mut self, cf: &Arc<CfShared>) -> Result<&mut CfReplay> {
-        if !self.cfs.contains_key(&cf.id) {
-            let r = CfReplay::new(self.shared.clone(), cf.clone())?;
-            self.cfs.insert(cf.id, r);
-        }
-        Ok(self.cfs.get_mut(&cf.id).expect("inserted"))
     }
 
     /// Turns every CF's replayed changes into a published version.
@@ -131,11 +128,13 @@ impl CfReplay {
                 String::from_utf8(k.to_vec()).map_err(|_| corrupt("table name not UTF-8"))?;
             names.insert(meta.id, name);
         }
+        let checkpoint_lsn = cf.base.lock().1;
         Ok(CfReplay {
             cf,
             state,
             names,
             last_lsn: Lsn(0),
+            checkpoint_lsn,
         })
     }
 
@@ -144,17 +143,16 @@ impl CfReplay {
         let name = self
             .names
             .get(&id)
-            .ok_or_else(|| corrupt(format!("record names unknown table {id}")))?
-            .clone();
-        if !self.state.tables.contains_key(&name) {
-            let v = btree::get(&self.state.pages, &self.state.catalog, name.as_bytes())?
+            .ok_or_else(|| corrupt(format!("record names unknown table {id}")))?;
+        let st = &mut self.state;
+        if !st.tables.contains_key(name.as_str()) {
+            let v = btree::get(&st.pages, &st.catalog, name.as_bytes())?
                 .ok_or_else(|| corrupt(format!("table {name:?} missing from the catalog")))?;
             let meta = TableMeta::decode(v.as_slice())?;
-            self.state
-                .tables
+            st.tables
                 .insert(name.clone(), TableState { meta, dirty: false });
         }
-        Ok(self.state.tables.get_mut(&name).expect("inserted"))
+        Ok(st.tables.get_mut(name.as_str()).expect("inserted"))
     }
 
     fn with_tree(
@@ -162,10 +160,14 @@ impl CfReplay {
         id: TableId,
         f: impl FnOnce(&mut TxnPages, &mut TreeRoot) -> Result<()>,
     ) -> Result<()> {
-        let mut root = self.table(id)?.root();
-        f(&mut self.state.pages, &mut root)?;
-        self.table(id)?.set_root(root);
-        Ok(())
+        self.table(id)?;
+        let name = &self.names[&id];
+        let st = &mut self.state;
+        let table = st.tables.get_mut(name.as_str()).expect("loaded above");
+        let mut root = table.root();
+        let r = f(&mut st.pages, &mut root);
+        table.set_root(root);
+        r
     }
 
     fn apply(&mut self, op: &Op<'_>) -> Result<()> {

@@ -14,13 +14,12 @@
 //! snapshot that reaches P expects. The pager keeps this by replacing an
 //! entry when P is rewritten and removing it when P is reallocated.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
 use crate::format::page::PageRef;
-use crate::types::PageId;
+use crate::types::{IdMap, PageId};
 
 const SHARDS: usize = 64;
 
@@ -33,7 +32,7 @@ struct Entry {
 /// `bytes` counts clean entries only; dirty ones are not evictable.
 #[derive(Default)]
 struct Shard {
-    map: HashMap<PageId, Entry>,
+    map: IdMap<PageId, Entry>,
     bytes: usize,
 }
 

@@ -10,7 +10,6 @@
 //! once, either returned to the allocator (private) or queued for
 //! reclamation (committed).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -19,7 +18,7 @@ use crate::btree::store::{PageRead, PageWrite};
 use crate::error::{Error, Result};
 use crate::format::page::{PageBuf, PageRef};
 use crate::pager::alloc::CfAllocator;
-use crate::types::{CfId, PageId};
+use crate::types::{CfId, IdMap, PageId};
 
 use crate::db::DbShared;
 
@@ -56,7 +55,11 @@ pub struct TxnPages {
     shared: Arc<DbShared>,
     cf: CfId,
     alloc: Arc<Mutex<CfAllocator>>,
-    private: HashMap<PageId, PageRef>,
+    /// Private runs; an allocated run holds an empty placeholder until
+    /// `install`.
+    private: IdMap<PageId, PageRef>,
+    /// Pages in each private run.
+    sizes: IdMap<PageId, u32>,
     freed_committed: Vec<(PageId, u32)>,
 }
 
@@ -67,7 +70,8 @@ impl TxnPages {
             shared,
             cf,
             alloc,
-            private: HashMap::new(),
+            private: IdMap::default(),
+            sizes: IdMap::default(),
             freed_committed: Vec::new(),
         }
     }
@@ -80,7 +84,16 @@ impl TxnPages {
     /// The private runs (all reachable from the transaction's state if the
     /// tree code freed correctly).
     pub fn private_runs(&self) -> Vec<(PageId, PageRef)> {
-        self.private.iter().map(|(k, v)| (*k, v.clone())).collect()
+        self.private
+            .iter()
+            .map(|(k, v)| {
+                assert!(
+                    !v.is_empty(),
+                    "private run {k} allocated but never installed"
+                );
+                (*k, v.clone())
+            })
+            .collect()
     }
 
     /// Committed runs this transaction stopped referencing.
@@ -91,8 +104,9 @@ impl TxnPages {
     /// Gives every private run back to the allocator (abort).
     pub fn rollback(&mut self) {
         let mut alloc = self.alloc.lock();
-        for (id, page) in self.private.drain() {
-            alloc.free_now(id, (page.len() / self.shared.pager.page_size()) as u32);
+        self.private.clear();
+        for (id, npages) in self.sizes.drain() {
+            alloc.free_now(id, npages);
         }
         self.freed_committed.clear();
     }
@@ -101,6 +115,7 @@ impl TxnPages {
     /// they are committed now.
     pub fn mark_committed(&mut self) {
         self.private.clear();
+        self.sizes.clear();
         self.freed_committed.clear();
     }
 }
@@ -131,13 +146,15 @@ impl PageWrite for TxnPages {
     fn alloc(&mut self, npages: u32) -> Result<PageId> {
         let id = self.alloc.lock().alloc(npages, &self.shared.extents);
         self.shared.pager.forget(id);
-        // Placeholder until `install`; keeps `rollback` exact.
-        let placeholder = PageBuf::zeroed(npages as usize * self.page_size());
-        let prev = self.private.insert(id, Arc::new(placeholder));
+        // An empty placeholder until `install`; `sizes` keeps rollback exact.
+        let prev = self
+            .private
+            .insert(id, Arc::new(PageBuf::from_vec(Vec::new())));
         assert!(
             prev.is_none(),
             "allocator handed out private page {id} twice"
         );
+        self.sizes.insert(id, npages);
         Ok(id)
     }
 
@@ -148,7 +165,11 @@ impl PageWrite for TxnPages {
             .private
             .get_mut(&id)
             .unwrap_or_else(|| panic!("install of non-private page {id}"));
-        debug_assert_eq!(slot.len(), page.len(), "installed run changed length");
+        debug_assert_eq!(
+            self.sizes[&id] as usize * self.shared.pager.page_size(),
+            page.len(),
+            "installed run has another length than allocated"
+        );
         *slot = Arc::new(page);
     }
 
@@ -161,8 +182,9 @@ impl PageWrite for TxnPages {
     }
 
     fn free(&mut self, id: PageId, npages: u32) {
-        if let Some(page) = self.private.remove(&id) {
-            debug_assert_eq!(page.len(), npages as usize * self.page_size());
+        if self.private.remove(&id).is_some() {
+            let allocated = self.sizes.remove(&id);
+            debug_assert_eq!(allocated, Some(npages), "run freed with another length");
             self.alloc.lock().free_now(id, npages);
         } else {
             self.freed_committed.push((id, npages));
