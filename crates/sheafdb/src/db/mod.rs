@@ -1,7 +1,7 @@
 //! The database: open/create/recover, the CF registry, and the public entry
 //! points.
 //!
-//! Owns: [`Database`], [`Builder`], [`DbShared`] (everything a transaction
+//! Owns: [`Database`], [`Builder`], `DbShared` (everything a transaction
 //! or snapshot needs), the system state (superblock generation, system tree,
 //! system allocator) and poisoning.
 //!

@@ -1,7 +1,7 @@
 //! Transactions: snapshots, write transactions and version publication.
 //!
-//! Owns: [`CfShared`] (per-CF writer lock, published version, allocator),
-//! [`CfVersion`] (an immutable committed state), [`ReadTransaction`] and
+//! Owns: `CfShared` (per-CF writer lock, published version, allocator),
+//! `CfVersion` (an immutable committed state), [`ReadTransaction`] and
 //! [`WriteTransaction`].
 //!
 //! Invariants:
@@ -13,7 +13,7 @@
 //!   lock a writer holds;
 //! - versions of a CF are published in commit (= LSN) order, each once it
 //!   is as durable as its mode promises and every earlier one is published
-//!   ([`PublishQueue`], DESIGN §4.3d);
+//!   (`PublishQueue`, DESIGN §4.3d);
 //! - a snapshot holds its version's [`ReclaimBatch`], so no page it can
 //!   reach is reused while it lives (DESIGN §5).
 
