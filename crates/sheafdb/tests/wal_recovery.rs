@@ -421,14 +421,13 @@ fn clean_close_leaves_nothing_to_replay() -> Result<()> {
 }
 
 /// Group-commit stress (issue 3): 16 threads × 2,000 `Immediate` commits,
-/// repeated `SHEAF_STRESS_ROUNDS` times (default 3; the issue's soak is
-/// 50). A watchdog fails the test instead of letting it hang. After each
+/// repeated `SHEAF_STRESS_ROUNDS` times (default 50). A watchdog fails the test instead of letting it hang. After each
 /// round the disk loses power: every acknowledged commit must be there.
 #[test]
 fn group_commit_stress_never_hangs_and_loses_nothing() {
     const THREADS: u64 = 16;
     const COMMITS: u64 = 2_000;
-    let rounds = seed_env("SHEAF_STRESS_ROUNDS", 3);
+    let rounds = seed_env("SHEAF_STRESS_ROUNDS", 50);
     for round in 0..rounds {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let worker = std::thread::spawn(move || {
