@@ -67,7 +67,12 @@ impl ColumnFamily {
     /// A snapshot of this CF. Never blocks.
     pub fn begin_read(&self) -> Result<ReadTransaction> {
         self.cf.check_live()?;
-        Ok(ReadTransaction::for_cf(self.shared.clone(), &self.cf))
+        let rx = ReadTransaction::for_cf(self.shared.clone(), &self.cf);
+        // Dropped after the first check: the version we hold may belong
+        // to released extents. (Dropped after this one: our hold keeps
+        // its extents from being released.)
+        self.cf.check_live()?;
+        Ok(rx)
     }
 
     /// Statistics of the CF's latest published version.
@@ -142,21 +147,28 @@ impl DbShared {
         self.dropped.lock().push(cf.clone());
     }
 
-    fn log_cf_record(&self, cf: CfId, op: Op<'_>) -> Result<Lsn> {
+    /// Appends a CF record; returns (start, end) LSNs. Callers hold
+    /// `cf_change` for writing until the registry reflects the record.
+    fn append_cf_record(&self, cf: CfId, op: Op<'_>) -> Result<(Lsn, Lsn)> {
         let mut payload = Vec::new();
         crate::wal::record::encode_commit(&[CfPart { cf, ops: vec![op] }], &mut payload);
-        let (lsn, end) = self.wal().append(&payload).inspect_err(|_| self.poison())?;
-        self.wal()
-            .wait_durable(end)
-            .inspect_err(|_| self.poison())?;
-        Ok(lsn)
+        self.wal().append(&payload).inspect_err(|_| self.poison())
+    }
+
+    fn wait_cf_record(&self, end: Lsn) -> Result<()> {
+        self.wal().wait_durable(end).inspect_err(|_| self.poison())
     }
 
     fn create_cf(self: &Arc<Self>, name: &str) -> Result<Arc<CfShared>> {
         let id = CfId(self.next_cf.fetch_add(1, Ordering::AcqRel));
-        let lsn = self.log_cf_record(id, Op::CreateCf { name })?;
-        let cf = self.new_cf_state(id, name, lsn)?;
-        self.register_cf(cf.clone());
+        let (cf, end) = {
+            let _change = self.cf_change.write();
+            let (lsn, end) = self.append_cf_record(id, Op::CreateCf { name })?;
+            let cf = self.new_cf_state(id, name, lsn)?;
+            self.register_cf(cf.clone());
+            (cf, end)
+        };
+        self.wait_cf_record(end)?;
         Ok(cf)
     }
 }
@@ -222,9 +234,13 @@ impl Database {
             self.shared.check_writable()?;
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
-        self.shared.log_cf_record(cf.id, Op::DropCf)?;
-        self.shared.unregister_cf(&cf);
-        Ok(())
+        let end = {
+            let _change = self.shared.cf_change.write();
+            let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;
+            self.shared.unregister_cf(&cf);
+            end
+        };
+        self.shared.wait_cf_record(end)
     }
 
     /// Names of all column families (the default one included), sorted.

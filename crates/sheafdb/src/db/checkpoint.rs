@@ -68,10 +68,24 @@ impl DbShared {
     ) -> Result<()> {
         let mut sys = self.sys.lock();
         self.check_writable()?;
-        let log_end = self.wal().next_lsn();
+        // One consistent view: no CF record is appended between sampling
+        // the log end and reading the registry, the dropped list and the
+        // snapshot (whose multi-CF commits are all-or-nothing).
+        let (log_end, cfs, dropped, db_snapshot) = {
+            let _change = self.cf_change.read();
+            (
+                self.wal().next_lsn(),
+                self.cfs
+                    .read()
+                    .values()
+                    .cloned()
+                    .collect::<Vec<Arc<CfShared>>>(),
+                self.dropped.lock().clone(),
+                self.snapshot.load_full(),
+            )
+        };
         self.last_checkpoint_lsn.store(log_end.0, Ordering::Relaxed);
-        let cfs: Vec<Arc<CfShared>> = self.cfs.read().values().cloned().collect();
-        let plans = plan(&cfs, extra);
+        let plans = plan(&cfs, &db_snapshot, extra);
         let mut runs = Vec::new();
         let mut descriptors = Vec::new();
         for p in &plans {
@@ -89,7 +103,6 @@ impl DbShared {
             }
         };
         let replay_lsn = replay_floor(&cfs, &plans, log_end);
-        let dropped: Vec<Arc<CfShared>> = self.dropped.lock().clone();
         if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
@@ -262,16 +275,16 @@ impl DbShared {
         let ps = self.pager.page_size();
         let mut slack = 256usize;
         for _attempt in 0..8 {
-            let estimate = self.encode_meta(sys_alloc, released, persisted).len() + slack;
+            let estimate = self.encode_meta(sys_alloc, released, persisted).0.len() + slack;
             let npages = pages_for_payload(ps, estimate);
             let id = sp.alloc(npages)?;
-            let blob = self.encode_meta(sys_alloc, released, persisted);
+            let (blob, file_pages) = self.encode_meta(sys_alloc, released, persisted);
             if HEADER_LEN + blob.len() <= npages as usize * ps {
                 let mut run = PageBuf::new_run(ps, npages, PageType::Blob, id, CfId::SYSTEM);
                 run.bytes_mut()[HEADER_LEN..HEADER_LEN + blob.len()].copy_from_slice(&blob);
                 run.set_payload_len(blob.len() as u32);
                 sp.install(id, run);
-                let file_pages = self.extents.lock().file_pages();
+                // The superblock records the file length the blob does.
                 return Ok((id, npages, blob.len() as u32, file_pages));
             }
             sp.free(id, npages);
@@ -288,15 +301,16 @@ impl DbShared {
         sys_alloc: &Mutex<CfAllocator>,
         released: &RangeSet,
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
-    ) -> Vec<u8> {
+    ) -> (Vec<u8>, u64) {
         // The system's in-flight pages are the new base's own pages: only
         // what is free now (and what the old base used) is free in it.
         let mut sys_free = sys_alloc.lock().free_set().clone();
         let ok = sys_free.insert_all(released);
         assert!(ok, "released system pages were already free");
         let extents = self.extents.lock();
-        MetaBlob {
-            file_pages: extents.file_pages(),
+        let file_pages = extents.file_pages();
+        let blob = MetaBlob {
+            file_pages,
             extents: extents.to_records_as_persisted(&|cf| {
                 if cf == CfId::SYSTEM {
                     Some(extents.extents_of(cf))
@@ -306,7 +320,8 @@ impl DbShared {
             }),
             sys_free: sys_free.to_vec(),
         }
-        .encode()
+        .encode();
+        (blob, file_pages)
     }
 }
 
@@ -333,12 +348,21 @@ impl DbShared {
 }
 
 /// The CFs to checkpoint and the snapshot of each.
-fn plan(cfs: &[Arc<CfShared>], extra: Vec<(Arc<CfShared>, Arc<CfVersion>)>) -> Vec<Plan> {
+fn plan(
+    cfs: &[Arc<CfShared>],
+    db: &crate::txn::DbVersion,
+    extra: Vec<(Arc<CfShared>, Arc<CfVersion>)>,
+) -> Vec<Plan> {
     let mut plans = Vec::new();
     for cf in cfs {
         let snapshot = match extra.iter().find(|(x, _)| x.id == cf.id) {
             Some((_, v)) => v.clone(),
-            None => cf.current.load_full(),
+            None => match db.get(cf.id) {
+                Some(v) => v.clone(),
+                // Registered a moment ago: not in this snapshot yet; its
+                // base LSN keeps the log from being released past it.
+                None => continue,
+            },
         };
         let (base_version, _) = *cf.base.lock();
         if snapshot.version > base_version {

@@ -118,6 +118,11 @@ pub(crate) struct DbShared {
     pub next_cf: AtomicU64,
     /// Serialises CF creation and drop (not on any commit path).
     pub cf_registry: Mutex<()>,
+    /// Write-held by CF creation/drop from their WAL append until the
+    /// registry reflects it; read-held by a checkpoint while it samples the
+    /// log end, the registry and the snapshot, so it never records a log
+    /// end past a CF record it has not seen.
+    pub cf_change: RwLock<()>,
     /// Dropped CFs whose descriptor or extents are not released yet.
     pub dropped: Mutex<Vec<Arc<CfShared>>>,
     /// Descriptors the running checkpoint removes from the system tree.

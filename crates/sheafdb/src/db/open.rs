@@ -194,6 +194,7 @@ fn new_shared(
         snapshot: arc_swap::ArcSwap::from_pointee(crate::txn::DbVersion::default()),
         next_cf: AtomicU64::new(next_cf.0),
         cf_registry: Mutex::new(()),
+        cf_change: RwLock::new(()),
         dropped: Mutex::new(Vec::new()),
         dropping: Mutex::new(Vec::new()),
         wal: OnceLock::new(),

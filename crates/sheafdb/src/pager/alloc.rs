@@ -288,6 +288,9 @@ pub struct CfAllocator {
     released: ReleasedPages,
     /// Shared count of pages in `recent` over all CFs (checkpoint trigger).
     dirty_counter: Arc<AtomicU64>,
+    /// Runs freed without ever being written: their only copy is a dirty
+    /// cache entry, which the allocating transaction drops.
+    unwritten_freed: Vec<PageId>,
 }
 
 impl CfAllocator {
@@ -330,6 +333,7 @@ impl CfAllocator {
             base_version: Version(0),
             released: Arc::new(Mutex::new(Vec::new())),
             dirty_counter: Arc::new(AtomicU64::new(0)),
+            unwritten_freed: Vec::new(),
         })
     }
 
@@ -442,6 +446,9 @@ impl CfAllocator {
             if in_base {
                 f.state = FreedState::AwaitCheckpoint;
             } else {
+                if f.allocated_at > self.base_version {
+                    self.unwritten_freed.push(p);
+                }
                 self.freed.remove(&p.0);
                 let ok = self.free.insert(p.0, n as u64);
                 assert!(ok, "released run {p} was already free in cf {}", self.cf);
@@ -449,6 +456,13 @@ impl CfAllocator {
             }
         }
         now_free
+    }
+
+    /// Runs freed since the last call that never reached the file. Only
+    /// the CF's writer allocates, so it can drop their cached copies before
+    /// anyone reuses them.
+    pub fn take_unwritten_freed(&mut self) -> Vec<PageId> {
+        std::mem::take(&mut self.unwritten_freed)
     }
 
     /// Records that a checkpoint of version `at` is durable: it is the new

@@ -144,7 +144,14 @@ impl PageWrite for TxnPages {
     }
 
     fn alloc(&mut self, npages: u32) -> Result<PageId> {
-        let id = self.alloc.lock().alloc(npages, &self.shared.extents);
+        let (id, stale) = {
+            let mut a = self.alloc.lock();
+            let id = a.alloc(npages, &self.shared.extents);
+            (id, a.take_unwritten_freed())
+        };
+        for s in stale {
+            self.shared.pager.forget(s);
+        }
         self.shared.pager.forget(id);
         // An empty placeholder until `install`; `sizes` keeps rollback exact.
         let prev = self
