@@ -285,7 +285,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             page_size: DEFAULT_PAGE_SIZE,
-            cache_bytes: 128 << 20,
+            cache_bytes: 1 << 30,
             extent_first_bytes: None,
             extent_max_bytes: None,
             options: Options::default(),
@@ -354,7 +354,8 @@ impl Builder {
         self
     }
 
-    /// Budget of the clean-page cache (default 128 MiB).
+    /// Budget of the clean-page cache (default 1 GiB; memory is used only
+    /// as pages are read).
     pub fn cache_size_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = bytes;
         self

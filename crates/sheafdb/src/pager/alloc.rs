@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::format::records::{ExtentRecord, PageRange};
 use crate::pager::ranges::RangeSet;
-use crate::types::{CfId, PageId, Version};
+use crate::types::{CfId, IdMap, PageId, Version};
 
 /// Growth policy of extents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,8 +282,8 @@ pub struct CfAllocator {
     extents: Vec<PageRange>,
     free: RangeSet,
     uncommitted: RangeSet,
-    recent: BTreeMap<u64, (u32, Version)>,
-    freed: BTreeMap<u64, Freed>,
+    recent: IdMap<u64, (u32, Version)>,
+    freed: IdMap<u64, Freed>,
     base_version: Version,
     released: ReleasedPages,
     /// Shared count of pages in `recent` over all CFs (checkpoint trigger).
@@ -328,8 +328,8 @@ impl CfAllocator {
             extents,
             free: set,
             uncommitted: RangeSet::new(),
-            recent: BTreeMap::new(),
-            freed: BTreeMap::new(),
+            recent: IdMap::default(),
+            freed: IdMap::default(),
             base_version: Version(0),
             released: Arc::new(Mutex::new(Vec::new())),
             dirty_counter: Arc::new(AtomicU64::new(0)),

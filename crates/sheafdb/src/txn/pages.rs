@@ -152,7 +152,10 @@ impl PageWrite for TxnPages {
         for s in stale {
             self.shared.pager.forget(s);
         }
-        self.shared.pager.forget(id);
+        // A stale cached copy of `id` needs no removal here: no snapshot
+        // can reach `id` (it was free), reads in this transaction find the
+        // private run first, and the commit's `install_dirty` replaces the
+        // entry before the new version is published.
         // An empty placeholder until `install`; `sizes` keeps rollback exact.
         let prev = self
             .private
