@@ -157,8 +157,9 @@ impl EngineKind {
     pub fn durability_note(self) -> &'static str {
         match self {
             EngineKind::Sheafdb => {
-                "durable: Durability::Immediate (WAL synced past the commit); \
-                 no-sync: Durability::None"
+                "durable: Durability::Immediate (commit returns after the WAL is \
+                 fdatasync'ed past it; group commit); no-sync: Durability::None (record \
+                 left in the WAL buffer, no fdatasync); library defaults otherwise"
             }
             EngineKind::Redb => {
                 "durable: Durability::Immediate (fsync before commit returns); \
@@ -230,6 +231,11 @@ pub trait Engine: Send + Sync {
     fn drop_table(&self, name: &str) -> Result<()>;
     /// How concurrent writers get their own space (the `seed` suite).
     fn writer_layout(&self) -> WriterLayout;
+    /// WAL records the engine's recovery applied when it was opened, where
+    /// the engine reports it (sheafdb); `None` elsewhere.
+    fn replayed_records(&self) -> Option<u64> {
+        None
+    }
     /// Bytes used on disk: the allocated size of the files in [`Engine::dir`].
     fn disk_bytes(&self) -> Result<u64> {
         dir_size_bytes(self.dir())

@@ -2,7 +2,9 @@
 //! under a byte budget.
 //!
 //! Sharded by page id so readers on many cores rarely share a lock; a hit
-//! takes one shard's read lock and sets a reference bit. Eviction is a
+//! takes one shard's read lock and sets a reference bit (only if unset, so
+//! hot pages do not bounce a cache line between cores). No cache-wide
+//! counters are touched on the read path. Eviction is a
 //! second-chance sweep of the shard that went over its budget.
 //!
 //! It also holds *dirty* runs: committed but not yet written by a
@@ -14,7 +16,7 @@
 //! snapshot that reaches P expects. The pager keeps this by replacing an
 //! entry when P is rewritten and removing it when P is reallocated.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
@@ -67,8 +69,6 @@ impl Shard {
 pub struct PageCache {
     shards: Vec<RwLock<Shard>>,
     shard_budget: usize,
-    hits: AtomicU64,
-    misses: AtomicU64,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -85,8 +85,6 @@ impl PageCache {
         PageCache {
             shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
             shard_budget: (budget_bytes / SHARDS).max(64 * 1024),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
         }
     }
 
@@ -104,13 +102,9 @@ impl PageCache {
                 if !e.referenced.load(Ordering::Relaxed) {
                     e.referenced.store(true, Ordering::Relaxed);
                 }
-                self.hits.fetch_add(1, Ordering::Relaxed);
                 Some(e.page.clone())
             }
-            None => {
-                self.misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+            None => None,
         }
     }
 
@@ -160,14 +154,6 @@ impl PageCache {
                 return;
             }
         }
-    }
-
-    /// (hits, misses) since creation.
-    pub fn stats(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
     }
 
     /// Bytes of clean runs held.
