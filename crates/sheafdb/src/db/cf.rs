@@ -230,10 +230,7 @@ impl Database {
             ));
         }
         let _writer = cf.writer.lock();
-        while !cf.all_published() {
-            self.shared.check_writable()?;
-            std::thread::sleep(std::time::Duration::from_micros(100));
-        }
+        cf.wait_publication(None, &|| self.shared.check_writable())?;
         let end = {
             let _change = self.shared.cf_change.write();
             let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;

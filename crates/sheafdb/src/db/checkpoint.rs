@@ -37,7 +37,7 @@ use super::{DbShared, SysState};
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
-use crate::format::records::{cf_key, cf_name_key, CfDescriptor, MetaBlob, TableMeta};
+use crate::format::records::{cf_key, CfDescriptor, MetaBlob, TableMeta};
 use crate::format::superblock::Superblock;
 use crate::pager::alloc::CfAllocator;
 use crate::pager::ranges::RangeSet;
@@ -50,7 +50,7 @@ struct Plan {
     cf: Arc<CfShared>,
     snapshot: Arc<CfVersion>,
     /// The CF's extents when its free space at `snapshot` was computed.
-    extents: Mutex<Vec<crate::format::records::PageRange>>,
+    extents: Vec<crate::format::records::PageRange>,
 }
 
 impl DbShared {
@@ -85,17 +85,17 @@ impl DbShared {
             )
         };
         self.last_checkpoint_lsn.store(log_end.0, Ordering::Relaxed);
-        let plans = plan(&cfs, &db_snapshot, extra);
+        let mut plans = plan(&cfs, &db_snapshot, extra);
         let mut runs = Vec::new();
         let mut descriptors = Vec::new();
-        for p in &plans {
+        for p in plans.iter_mut() {
             let (desc, mut r) = self.prepare_cf(p)?;
-            descriptors.push((p.cf.id, desc));
+            descriptors.push((p.cf.id, Some(desc)));
             runs.append(&mut r);
         }
         let persisted = |cf: CfId| -> Option<Vec<crate::format::records::PageRange>> {
             match plans.iter().find(|p| p.cf.id == cf) {
-                Some(p) => Some(p.extents.lock().clone()),
+                Some(p) => Some(p.extents.clone()),
                 None => cfs
                     .iter()
                     .find(|c| c.id == cf)
@@ -106,7 +106,8 @@ impl DbShared {
         if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
-        *self.dropping.lock() = dropped.iter().map(|c| (c.id, c.name.clone())).collect();
+        // Dropped CFs leave the system tree (their descriptor is removed).
+        descriptors.extend(dropped.iter().map(|c| (c.id, None)));
         if let Err(e) =
             self.write_checkpoint_with(&mut sys, &runs, descriptors, replay_lsn, &persisted)
         {
@@ -115,7 +116,7 @@ impl DbShared {
         }
         for p in &plans {
             *p.cf.base.lock() = (p.snapshot.version, p.snapshot.lsn);
-            *p.cf.persisted_extents.lock() = p.extents.lock().clone();
+            *p.cf.persisted_extents.lock() = p.extents.clone();
             p.cf.alloc.lock().checkpoint_done(p.snapshot.version);
         }
         drop(plans);
@@ -125,11 +126,14 @@ impl DbShared {
     }
 
     /// Collects `S_c`'s dirty runs and builds its descriptor.
-    fn prepare_cf(self: &Arc<Self>, p: &Plan) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
+    fn prepare_cf(
+        self: &Arc<Self>,
+        p: &mut Plan,
+    ) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
         let s = &p.snapshot;
         let (dirty, free) = {
             let a = p.cf.alloc.lock();
-            *p.extents.lock() = a.extents().to_vec();
+            p.extents = a.extents().to_vec();
             (a.dirty_runs(s.version), a.free_at(s.version))
         };
         let store = ReadPages::new(self.clone(), p.cf.id);
@@ -156,7 +160,7 @@ impl DbShared {
         self: &Arc<Self>,
         sys: &mut SysState,
         runs: &[(PageId, PageRef)],
-        descriptors: Vec<(CfId, CfDescriptor)>,
+        descriptors: Vec<(CfId, Option<CfDescriptor>)>,
         replay_lsn: Lsn,
     ) -> Result<()> {
         let extents = self.extents.lock().clone();
@@ -170,7 +174,7 @@ impl DbShared {
         self: &Arc<Self>,
         sys: &mut SysState,
         runs: &[(PageId, PageRef)],
-        descriptors: Vec<(CfId, CfDescriptor)>,
+        descriptors: Vec<(CfId, Option<CfDescriptor>)>,
         replay_lsn: Lsn,
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<()> {
@@ -188,24 +192,16 @@ impl DbShared {
         sys: &mut SysState,
         sp: &mut TxnPages,
         runs: &[(PageId, PageRef)],
-        descriptors: Vec<(CfId, CfDescriptor)>,
+        descriptors: Vec<(CfId, Option<CfDescriptor>)>,
         replay_lsn: Lsn,
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<()> {
         let mut root = sys.root;
-        let dropping = std::mem::take(&mut *self.dropping.lock());
-        for (cf, name) in &dropping {
-            btree::remove(sp, &mut root, &cf_key(*cf))?;
-            let name_key = cf_name_key(name);
-            let maps_here = btree::get(sp, &root, &name_key)?
-                .is_some_and(|v| v.as_slice() == cf.0.to_le_bytes());
-            if maps_here {
-                btree::remove(sp, &mut root, &name_key)?;
-            }
-        }
         for (cf, desc) in &descriptors {
-            btree::insert(sp, &mut root, &cf_key(*cf), &desc.encode())?;
-            btree::insert(sp, &mut root, &cf_name_key(&desc.name), &cf.0.to_le_bytes())?;
+            match desc {
+                Some(d) => btree::insert(sp, &mut root, &cf_key(*cf), &d.encode())?,
+                None => btree::remove(sp, &mut root, &cf_key(*cf))?,
+            };
         }
         if let Some((p, n)) = sys.meta_run {
             btree::store::PageWrite::free(sp, p, n);
@@ -369,7 +365,7 @@ fn plan(
             plans.push(Plan {
                 cf: cf.clone(),
                 snapshot,
-                extents: Mutex::new(Vec::new()),
+                extents: Vec::new(),
             });
         }
     }

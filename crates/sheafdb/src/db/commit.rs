@@ -74,10 +74,7 @@ impl DbShared {
         // Earlier versions of this CF go first: make them durable and wait
         // until they are published.
         self.wal().sync().inspect_err(|_| self.poison())?;
-        while !cf.all_published() {
-            self.check_writable()?;
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
+        cf.wait_publication(None, &|| self.check_writable())?;
         // No record of this CF can be appended while we hold its lock, so
         // replay of this CF may resume at the current end of the log.
         let lsn = self.wal().next_lsn();
@@ -135,12 +132,9 @@ impl DbShared {
         }
         // Earlier commits of these CFs (which released their locks early)
         // publish first.
-        while !versions
-            .iter()
-            .all(|(cf, v)| cf.is_next_to_publish(v.version))
-        {
-            self.check_writable()?;
-            std::thread::sleep(std::time::Duration::from_micros(100));
+        // (We hold their writer locks: once ours is at the front it stays.)
+        for (cf, v) in &versions {
+            cf.wait_publication(Some(v.version), &|| self.check_writable())?;
         }
         for (cf, v) in &versions {
             cf.publish_alone(v);
@@ -190,6 +184,10 @@ impl DbShared {
         debug_assert!(
             Arc::ptr_eq(&slot.head, &st.base),
             "transaction not based on the head"
+        );
+        debug_assert!(
+            lsn >= slot.head.lsn,
+            "DESIGN §11.6: a CF's LSNs must not go backwards"
         );
         let ps = self.pager.page_size();
         let runs = st.pages.private_runs();

@@ -125,8 +125,6 @@ pub(crate) struct DbShared {
     pub cf_change: RwLock<()>,
     /// Dropped CFs whose descriptor or extents are not released yet.
     pub dropped: Mutex<Vec<Arc<CfShared>>>,
-    /// Descriptors the running checkpoint removes from the system tree.
-    pub dropping: Mutex<Vec<(CfId, String)>>,
     wal: OnceLock<Arc<Wal>>,
     /// Pages committed since their CF's durable base, over all CFs.
     pub dirty_pages: Arc<AtomicU64>,

@@ -196,7 +196,6 @@ fn new_shared(
         cf_registry: Mutex::new(()),
         cf_change: RwLock::new(()),
         dropped: Mutex::new(Vec::new()),
-        dropping: Mutex::new(Vec::new()),
         wal: OnceLock::new(),
         dirty_pages: Arc::new(AtomicU64::new(0)),
         last_checkpoint_lsn: AtomicU64::new(0),
@@ -263,7 +262,7 @@ fn create_new(
     shared.register_cf(Arc::new(cf));
     {
         let mut sys = shared.sys.lock();
-        shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, desc)], FIRST_LSN)?;
+        shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, Some(desc))], FIRST_LSN)?;
     }
     Ok(shared)
 }

@@ -4,7 +4,6 @@
 //! | key | value |
 //! |---|---|
 //! | `b'C'` + cf id (u64 big-endian) | [`CfDescriptor`] |
-//! | `b'N'` + name bytes | cf id (u64 little-endian) |
 //!
 //! ## `CfDescriptor` value
 //! | size | field |
@@ -45,14 +44,6 @@ pub fn cf_key(cf: CfId) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(b'C');
     k.extend_from_slice(&cf.0.to_be_bytes());
-    k
-}
-
-/// Key of a CF name index entry in the system tree.
-pub fn cf_name_key(name: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(1 + name.len());
-    k.push(b'N');
-    k.extend_from_slice(name.as_bytes());
     k
 }
 

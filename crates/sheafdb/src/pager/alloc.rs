@@ -150,12 +150,6 @@ impl ExtentMap {
             .collect()
     }
 
-    /// The owner of the extent holding `page`, if any.
-    pub fn owner_of(&self, page: PageId) -> Option<CfId> {
-        let (&s, &(pages, cf)) = self.owned.range(..=page.0).next_back()?;
-        (page.0 < s + pages).then_some(cf)
-    }
-
     /// Gives `cf` a new extent of `pages` pages: a free extent if one fits,
     /// else the end of the file.
     pub fn claim(&mut self, cf: CfId, pages: u64) -> PageRange {
@@ -612,6 +606,7 @@ impl CfAllocator {
 
     /// True if the run at `id` lies inside this CF's extents (a run may
     /// span two adjacent extents).
+    #[cfg(test)]
     pub fn owns(&self, id: PageId, npages: u32) -> bool {
         let mut owned = RangeSet::new();
         for e in &self.extents {

@@ -156,11 +156,6 @@ impl Pager {
         }
     }
 
-    /// A cached run, dirty or clean, without touching the file.
-    pub fn cached(&self, id: PageId) -> Option<PageRef> {
-        self.cache.get(id)
-    }
-
     /// Forgets any cached run starting at `id` (the pages were reallocated).
     pub fn forget(&self, id: PageId) {
         self.cache.remove(id);

@@ -120,14 +120,6 @@ impl RangeSet {
         self.iter().collect()
     }
 
-    /// The last range, if any.
-    pub fn last(&self) -> Option<PageRange> {
-        self.map.iter().next_back().map(|(&s, &l)| PageRange {
-            start: PageId(s),
-            pages: l,
-        })
-    }
-
     /// Union with another set; false if they intersect (then partially applied).
     pub fn insert_all(&mut self, other: &RangeSet) -> bool {
         other.iter().all(|r| self.insert(r.start.0, r.pages))

@@ -397,8 +397,12 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         K: 'a,
     {
         let k = encode_key::<K>(key.borrow());
-        let root = self.root()?;
         let st = self.txn.state();
+        let root = st
+            .tables
+            .get(&self.name)
+            .map(|t| t.root())
+            .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
         opt_value(btree::get(&st.pages, &root, &k)?)
     }
 

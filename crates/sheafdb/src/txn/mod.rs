@@ -217,9 +217,11 @@ impl CfShared {
             newest = q.entries.pop_front().map(|(v, _)| v);
         }
         if let Some(v) = newest {
+            let cur = self.current.load();
+            debug_assert!(v.version > cur.version, "publication went backwards");
             debug_assert!(
-                v.version > self.current.load().version,
-                "publication went backwards"
+                v.lsn >= cur.lsn,
+                "DESIGN §11.6: published LSNs went backwards"
             );
             self.current.store(v.clone());
             on_publish(&v);
@@ -240,18 +242,27 @@ impl CfShared {
         }
     }
 
-    /// True if no committed version waits for publication.
-    pub fn all_published(&self) -> bool {
-        self.publish.lock().entries.is_empty()
-    }
-
-    /// True if `version` is the oldest unpublished version of this CF.
-    pub fn is_next_to_publish(&self, version: Version) -> bool {
-        self.publish
-            .lock()
-            .entries
-            .front()
-            .is_some_and(|(v, _)| v.version == version)
+    /// Blocks until every committed version of this CF is published
+    /// (`next = None`) or `next` is the oldest unpublished one. Checks
+    /// `healthy` between wake-ups, so a poisoned database does not hang.
+    pub fn wait_publication(
+        &self,
+        next: Option<Version>,
+        healthy: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let mut q = self.publish.lock();
+        loop {
+            let ready = match next {
+                None => q.entries.is_empty(),
+                Some(v) => q.entries.front().is_some_and(|(f, _)| f.version == v),
+            };
+            if ready {
+                return Ok(());
+            }
+            healthy()?;
+            self.published
+                .wait_for(&mut q, std::time::Duration::from_millis(20));
+        }
     }
 
     /// Publishes `version`, which must be the only queued one, without
@@ -264,6 +275,10 @@ impl CfShared {
             front.is_some_and(|(v, _)| v.version == version.version) && q.entries.is_empty(),
             "multi-CF publication out of order in cf {}",
             self.id
+        );
+        debug_assert!(
+            version.lsn >= self.current.load().lsn,
+            "DESIGN §11.6: LSNs went backwards"
         );
         self.current.store(version.clone());
         self.published.notify_all();
