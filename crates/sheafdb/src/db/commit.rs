@@ -42,10 +42,9 @@ impl DbShared {
             }
             _ => self.commit_direct(cf, st, lock, version),
         };
-        if result.is_ok() {
-            self.after_commit();
-        }
-        result
+        let end = result?;
+        self.after_commit(end);
+        Ok(())
     }
 
     fn commit_logged(
@@ -56,12 +55,13 @@ impl DbShared {
         durability: Durability,
         payload: &[u8],
         version: Version,
-    ) -> Result<()> {
+    ) -> Result<Lsn> {
         let (_, end) = self.wal().append(payload).inspect_err(|_| self.poison())?;
         self.install_version(cf, st, &mut lock, version, end);
         drop(lock);
         let durable = self.wait_durability(end, durability);
-        cf.publish(version, durable, &|v| self.note_published(cf.id, v))
+        cf.publish(version, durable, &|v| self.note_published(cf.id, v))?;
+        Ok(end)
     }
 
     fn commit_direct(
@@ -70,7 +70,7 @@ impl DbShared {
         st: &mut WriteState,
         mut lock: WriterGuard,
         version: Version,
-    ) -> Result<()> {
+    ) -> Result<Lsn> {
         // Earlier versions of this CF go first: make them durable and wait
         // until they are published.
         self.wal().sync().inspect_err(|_| self.poison())?;
@@ -82,7 +82,7 @@ impl DbShared {
         self.checkpoint_including(vec![(cf.clone(), v)])?;
         let published = cf.publish(version, Ok(()), &|v| self.note_published(cf.id, v));
         drop(lock);
-        published
+        published.map(|()| lsn)
     }
 
     /// Commits a multi-CF transaction: one WAL record with a part per CF
@@ -144,7 +144,7 @@ impl DbShared {
             .map(|(cf, v)| (cf.id, Some(v.clone())))
             .collect();
         self.snapshot.rcu(|old| Arc::new(old.with(&updates)));
-        self.after_commit();
+        self.after_commit(end);
         Ok(())
     }
 

@@ -178,11 +178,13 @@ impl DbShared {
         self.signal.cv.notify_all();
     }
 
-    /// After a commit: wake the checkpointer if a trigger fired.
-    pub fn after_commit(&self) {
-        let since = self
-            .wal()
-            .bytes_since(Lsn(self.last_checkpoint_lsn.load(Ordering::Relaxed)));
+    /// After a commit whose record ended at `end`: wake the checkpointer if
+    /// a trigger fired. Uses the commit's own LSN, so the commit path does
+    /// not take the WAL lock again.
+    pub fn after_commit(&self, end: Lsn) {
+        let since = end
+            .0
+            .saturating_sub(self.last_checkpoint_lsn.load(Ordering::Relaxed));
         if since >= self.options.checkpoint_wal_bytes
             || self.dirty_bytes() >= self.options.checkpoint_dirty_bytes
         {
