@@ -187,6 +187,47 @@ impl SimVfs {
         SimVfs::from_images(images)
     }
 
+    /// The state right after the *process* dies, while the machine keeps
+    /// running: a new, independent `SimVfs` whose files read exactly as
+    /// now, but whose unsynced writes and directory changes are still
+    /// unsynced (the kernel's page cache survived the process, the disk has
+    /// not seen it). A later [`SimVfs::crash`] of the result may still drop
+    /// or tear them. No locks are held, no faults are armed, the operation
+    /// count is 0, and inodes reachable only through handles of the dead
+    /// process are gone. Handles from `self` keep working on `self`.
+    pub fn process_crash(&self) -> SimVfs {
+        let state = self.state.lock();
+        let mut next = SimState {
+            next_inode: state.next_inode,
+            dir_now: state.dir_now.clone(),
+            dir_durable: state.dir_durable.clone(),
+            ..SimState::default()
+        };
+        let named: BTreeSet<InodeId> = state
+            .dir_now
+            .values()
+            .chain(state.dir_durable.values())
+            .copied()
+            .collect();
+        for id in named {
+            if let Some(inode) = state.inodes.get(&id) {
+                next.inodes.insert(
+                    id,
+                    Inode {
+                        current: inode.current.clone(),
+                        durable: inode.durable.clone(),
+                        unsynced: inode.unsynced.clone(),
+                        handles: 0,
+                    },
+                );
+            }
+        }
+        SimVfs {
+            state: Arc::new(Mutex::new(next)),
+            locks: Arc::default(),
+        }
+    }
+
     /// A directory whose files all exist durably with the given images.
     fn from_images(images: BTreeMap<String, Vec<u8>>) -> SimVfs {
         let mut state = SimState::default();
@@ -813,6 +854,37 @@ mod tests {
         assert_eq!(after.file_bytes("a").unwrap(), vec![1; 2000]);
         assert_eq!(after.file_bytes("removed").unwrap(), b"back");
         assert_eq!(after.file_bytes("a"), vfs.durable_bytes("a"));
+    }
+
+    #[test]
+    fn process_crash_keeps_what_reads_see_but_makes_nothing_durable() {
+        let vfs = SimVfs::new();
+        let f = durable_file(&vfs, "a", &[1; 2000]);
+        f.write_at(100, &[2; 3000]).unwrap();
+        durable_file(&vfs, "gone", b"x");
+        vfs.remove("gone").unwrap();
+        create(&vfs, "new").write_at(0, b"fresh").unwrap();
+        let _lock = vfs.lock("a").unwrap();
+        let after = vfs.process_crash();
+        // Reads see everything written; the dead process's lock is gone.
+        assert_eq!(after.file_names(), vec!["a", "new"]);
+        assert_eq!(after.file_bytes("a"), vfs.file_bytes("a"));
+        assert_eq!(after.file_bytes("new").unwrap(), b"fresh");
+        drop(after.lock("a").unwrap());
+        // ... but nothing more is durable: a power loss now drops it all.
+        let cut = after.crash_with(1, CrashPolicy::DropAll);
+        assert_eq!(cut.file_names(), vec!["a", "gone"]);
+        assert_eq!(cut.file_bytes("a").unwrap(), vec![1; 2000]);
+        // A sync in the new process makes the old writes durable.
+        let g = after.open("a", OpenMode::Existing).unwrap();
+        g.sync_data().unwrap();
+        after.sync_dir().unwrap();
+        let cut = after.crash_with(2, CrashPolicy::DropAll);
+        assert_eq!(cut.file_bytes("a"), vfs.file_bytes("a"));
+        assert_eq!(cut.file_names(), vec!["a", "new"]);
+        // The old handle still works on the old state only.
+        f.write_at(0, &[9; 10]).unwrap();
+        assert_eq!(after.file_bytes("a").unwrap()[0], 1);
     }
 
     /// Classifies each 512-byte sector of `image` as old (`0xAA`), new
