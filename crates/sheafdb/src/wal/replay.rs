@@ -5,16 +5,21 @@
 //!
 //! # Which uses form the log
 //!
-//! Every use names the salt of the use it continues (`prev_salt`). The
-//! candidate chain is found backwards from the use with the highest
-//! sequence number, following `prev_salt` to lower sequence numbers. Replay
-//! starts at the last candidate whose start LSN is at or below `from`,
-//! walks its frames until the first invalid one (at LSN `E`), and continues
-//! into the next candidate only if that one starts exactly at `E`.
-//! Otherwise replay stops: later candidates are *abandoned* (written but
-//! never reachable, e.g. after a torn tail or a damaged frame), and the
-//! writer's next use links to the last use replayed, which excludes them
-//! from every later chain.
+//! Every use names the salt of the use it continues (`prev_salt`). Replay
+//! starts in the use with the highest sequence number among those starting
+//! at or below `from` (for `from` below [`FIRST_LSN`], the use with the
+//! lowest start), walks its frames until the first invalid one (at LSN
+//! `E`), and continues into the use that names it as predecessor *and*
+//! starts exactly at `E`. Otherwise replay stops: later uses are
+//! *abandoned* (written but never reachable, e.g. after a torn tail or a
+//! damaged frame), and the writer's next use links to the last use
+//! replayed, which excludes them from every later walk.
+//!
+//! The walk only goes forward from the use holding `from`, so a lost or
+//! damaged header can only end the log early (leaving a prefix), never make
+//! replay skip from one use to a later one. If every use starts after
+//! `from`, the records the data file needs are gone: open fails with
+//! `Corrupted` instead of applying later records to an older base.
 //!
 //! Reads are done in chunks of [`READ_CHUNK_BYTES`]; no allocation is
 //! sized from a length field before the field is checked against the bytes
@@ -28,7 +33,7 @@ use super::frame::{FrameHeader, StopReason, FRAME_HEADER_BYTES};
 use super::segment::{
     parse_segment_name, segment_name, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES,
 };
-use crate::error::{Location, Result};
+use crate::error::{Error, Location, Result};
 use crate::storage::{OpenMode, Storage, Vfs};
 use crate::types::Lsn;
 
@@ -113,6 +118,11 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize) -> Result<ScannedSlot> {
 }
 
 /// Replays the log in `slots` from `from`, calling `apply` per record.
+///
+/// Errors with `Corrupted` if the log provably misses records at `from`
+/// (every use it holds starts after `from`): then the data file needs
+/// records that are gone, and applying later ones would build a state that
+/// never existed.
 pub(crate) fn replay(
     slots: &[ScannedSlot],
     db_name: &str,
@@ -124,7 +134,6 @@ pub(crate) fn replay(
         .filter_map(|s| s.header.map(|h| h.seq))
         .max()
         .unwrap_or(0);
-    let chain = candidate_chain(slots);
     let mut rec = Recovered {
         summary: ReplaySummary {
             records_replayed: 0,
@@ -140,68 +149,85 @@ pub(crate) fn replay(
         last_salt: None,
         max_seq,
     };
-    if chain.is_empty() {
+    let Some(mut cur) = starting_use(slots, db_name, from)? else {
         return Ok(rec);
-    }
-    let header_of = |i: usize| slots[chain[i]].header.expect("chain uses have headers");
-    let first = (0..chain.len())
-        .rev()
-        .find(|&i| header_of(i).start_lsn <= from)
-        .unwrap_or(0);
-    // Uses before the first one replayed lie below `from`: keep them as
-    // closed (they are released at once, since `from` is the release point).
-    rec.kept.extend(chain.windows(2).take(first).map(|pair| {
-        let next = slots[pair[1]].header.expect("chain uses have headers");
-        (pair[0], next.start_lsn)
-    }));
-    let mut i = first;
+    };
     loop {
-        let slot = &slots[chain[i]];
-        let end = replay_use(slot, db_name, from, apply, &mut rec.summary)?;
-        rec.kept.push((chain[i], end));
-        rec.last_salt = Some(header_of(i).salt);
+        let header = header_of(slots, cur);
+        let end = replay_use(&slots[cur], db_name, from, apply, &mut rec.summary)?;
+        debug_assert!(end >= header.start_lsn, "a use ends before it starts");
+        rec.kept.push((cur, end));
+        rec.last_salt = Some(header.salt);
         rec.summary.uses_replayed += 1;
-        let continues = i + 1 < chain.len() && header_of(i + 1).start_lsn == end;
-        if !continues {
-            rec.summary.uses_abandoned = chain.len() - 1 - i;
-            return Ok(rec);
+        match successor(slots, &header, end) {
+            Some(next) => cur = next,
+            None => {
+                rec.summary.uses_abandoned = slots
+                    .iter()
+                    .filter(|s| s.header.is_some_and(|h| h.seq > header.seq))
+                    .count();
+                return Ok(rec);
+            }
         }
-        i += 1;
     }
 }
 
-/// Indices (into `slots`) of the candidate chain, oldest first.
-fn candidate_chain(slots: &[ScannedSlot]) -> Vec<usize> {
-    let newest = slots
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| s.header.map(|h| (h.seq, i)))
-        .max();
-    let Some((_, mut cur)) = newest else {
-        return Vec::new();
-    };
-    let mut chain = vec![cur];
-    loop {
-        let h = slots[cur].header.expect("chain uses have headers");
-        if h.prev_salt == 0 {
-            break;
-        }
-        let prev = slots
+fn header_of(slots: &[ScannedSlot], i: usize) -> SegmentHeader {
+    slots[i]
+        .header
+        .expect("only uses with valid headers are walked")
+}
+
+/// The use replay starts in: the newest use starting at or before `from`
+/// (a newer one would have been started later, at a higher LSN, so the
+/// newest such use is the one the log continued in). For `from` below
+/// [`FIRST_LSN`] ("everything"), the use with the lowest start.
+///
+/// Replay walks forward from there only (see [`successor`]), so a use whose
+/// header was lost can never make replay skip to a later one.
+fn starting_use(slots: &[ScannedSlot], db_name: &str, from: Lsn) -> Result<Option<usize>> {
+    let headers = || {
+        slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.header.map(|p| (p, i)))
-            .filter(|(p, _)| p.salt == h.prev_salt && p.seq < h.seq && p.start_lsn <= h.start_lsn)
-            .max_by_key(|(p, _)| p.seq);
-        match prev {
-            Some((_, i)) => {
-                chain.push(i);
-                cur = i;
-            }
-            None => break,
-        }
+            .filter_map(|(i, s)| s.header.map(|h| (i, h)))
+    };
+    if from < FIRST_LSN {
+        let oldest = headers().min_by_key(|(_, h)| (h.start_lsn, std::cmp::Reverse(h.seq)));
+        return Ok(oldest.map(|(i, _)| i));
     }
-    chain.reverse();
-    chain
+    if let Some((i, _)) = headers()
+        .filter(|(_, h)| h.start_lsn <= from)
+        .max_by_key(|(_, h)| h.seq)
+    {
+        return Ok(Some(i));
+    }
+    match headers().min_by_key(|(_, h)| h.start_lsn) {
+        None => Ok(None),
+        Some((i, h)) => Err(Error::Corrupted {
+            what: format!(
+                "the WAL starts at LSN {} but replay must start at {}: the records between are missing",
+                h.start_lsn.0, from.0
+            ),
+            location: Location::File {
+                name: segment_name(db_name, slots[i].slot),
+                offset: 0,
+            },
+        }),
+    }
+}
+
+/// The use that continues `prev`, whose valid frames end at `end`: it
+/// names `prev` as its predecessor and starts exactly at `end`. Any other
+/// later use is abandoned (its predecessor's tail was torn).
+fn successor(slots: &[ScannedSlot], prev: &SegmentHeader, end: Lsn) -> Option<usize> {
+    slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.header.map(|h| (i, h)))
+        .filter(|(_, h)| h.prev_salt == prev.salt && h.start_lsn == end && h.seq > prev.seq)
+        .max_by_key(|(_, h)| h.seq)
+        .map(|(i, _)| i)
 }
 
 /// Walks one use's frames, applying those at or after `from`; returns the

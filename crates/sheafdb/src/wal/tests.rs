@@ -968,3 +968,66 @@ fn wal_is_send_and_sync() {
 }
 
 use parking_lot::Mutex;
+
+// ------------------------------------------------- gaps in the log (issue 9)
+
+/// The header block of a segment file.
+fn header_block(sim: &SimVfs, name: &str) -> Vec<u8> {
+    sim.file_bytes(name).unwrap()[..HEADER_BLOCK_BYTES as usize].to_vec()
+}
+
+#[test]
+fn lost_header_of_a_recycled_segment_ends_replay_instead_of_skipping_to_a_later_use() {
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let size = 488 - 24;
+    let _use1 = append_n(&wal, 0, 25, &[size]);
+    let use1_header = header_block(&sim, "db-wal.0");
+    let uses23 = append_n(&wal, 25, 50, &[size]);
+    let release = uses23[0].0;
+    wal.release_before(release);
+    // Use 4 recycles slot 0; use 5 needs a new file (nothing else is free).
+    let uses45 = append_n(&wal, 75, 50, &[size]);
+    assert_eq!(wal.stats().segments_recycled, 1);
+    assert_eq!(wal.segment_files(), 4);
+    drop(wal);
+    // Power cut: the recycled header of use 4 never reached the disk (the
+    // old header of use 1 is back), while use 5's header survived.
+    edit_file(&sim, "db-wal.0", |b| {
+        b[..HEADER_BLOCK_BYTES as usize].copy_from_slice(&use1_header)
+    });
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, release);
+    // Everything up to the lost use, and nothing after it: a prefix.
+    assert_eq!(got, uses23, "replay must stop at the gap");
+    assert!(got.iter().all(|r| uses45.iter().all(|n| n.0 != r.0)));
+    assert_eq!(s.uses_replayed, 2);
+    assert!(s.uses_abandoned >= 1);
+}
+
+#[test]
+fn a_log_that_starts_after_the_replay_start_is_refused() {
+    let (sim, release, _, _) = recycled_log();
+    // The data file would ask for records from the very first use, which
+    // was recycled: those records are gone.
+    let files_before: Vec<Vec<u8>> = sim
+        .file_names()
+        .iter()
+        .map(|n| sim.file_bytes(n).unwrap())
+        .collect();
+    let err = open(sim_arc(&sim), DB, opts(SEG), FIRST_LSN, &mut |_, _| Ok(()))
+        .expect_err("a gap before the first use must not be skipped");
+    assert!(err.is_corrupted(), "{err}");
+    assert!(err.to_string().contains("missing"), "{err}");
+    let files_after: Vec<Vec<u8>> = sim
+        .file_names()
+        .iter()
+        .map(|n| sim.file_bytes(n).unwrap())
+        .collect();
+    assert!(
+        files_before == files_after,
+        "a refused open changed the WAL"
+    );
+    // From the release point the same log replays fine.
+    let (_, got, _) = open_collect(sim_arc(&sim), SEG, release);
+    assert!(!got.is_empty());
+}
