@@ -84,6 +84,7 @@ impl DbShared {
                 self.snapshot.load_full(),
             )
         };
+        let prev_replay = sys.replay_lsn;
         self.last_checkpoint_lsn.store(log_end.0, Ordering::Relaxed);
         let mut plans = plan(&cfs, &db_snapshot, extra);
         let mut runs = Vec::new();
@@ -102,7 +103,7 @@ impl DbShared {
                     .map(|c| c.persisted_extents.lock().clone()),
             }
         };
-        let replay_lsn = replay_floor(&cfs, &plans, log_end);
+        let replay_lsn = replay_floor(&cfs, &plans, log_end, prev_replay);
         if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
@@ -219,6 +220,14 @@ impl DbShared {
         all.extend(sp.private_runs());
         self.pager.write_runs(&all)?;
         self.pager.sync()?;
+        self.pager.mark_clean(&all);
+        // Ordering rule O1: every LSN the new superblock names is durable
+        // in the WAL before the superblock is written.
+        let named = descriptors
+            .iter()
+            .filter_map(|(_, d)| d.as_ref().map(|d| d.checkpoint_lsn))
+            .fold(replay_lsn, Lsn::max);
+        self.wal_durable_through(named)?;
         let sb = Superblock {
             page_size: self.pager.page_size() as u32,
             generation: sys.generation + 1,
@@ -373,26 +382,36 @@ fn plan(
 }
 
 /// The lowest WAL position a recovery may need after this checkpoint:
-/// the end of the checkpointed version of every CF that has (or may have)
-/// later commits; CFs provably idle do not pin the log (DESIGN §6.6).
-fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn) -> Lsn {
+/// the end of the checkpointed version of every CF that has later commits;
+/// a CF whose latest commit is in its (new) base does not pin the log,
+/// whether or not a write transaction is open on it (DESIGN §6.6).
+///
+/// `log_end` was sampled before this call, so every record appended
+/// before it has been installed as its CF's head by the time the CF's
+/// commit gate is taken here (append and install happen under the gate),
+/// and every record appended after it starts at or after `log_end`.
+///
+/// Never below `prev` (the replay start of the current superblock): a CF
+/// that was idle at an earlier checkpoint has no record between its base
+/// and that checkpoint's replay start, so it needs the log only from
+/// there on. Ordering rule O3: the replay start never moves backwards.
+fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn, prev: Lsn) -> Lsn {
+    assert!(
+        log_end >= prev,
+        "the log end {log_end:?} is below the replay start {prev:?}"
+    );
     let mut floor = log_end;
     for cf in cfs {
         let (base_version, base_lsn) = match plans.iter().find(|p| p.cf.id == cf.id) {
             Some(p) => (p.snapshot.version, p.snapshot.lsn),
             None => *cf.base.lock(),
         };
-        // Holding the writer lock proves no commit of this CF is between
-        // its WAL append and its head update; a busy CF is assumed to have
-        // unpersisted commits.
-        let idle = cf
-            .writer
-            .try_lock()
-            .is_some_and(|slot| slot.head.version == base_version);
-        if !idle {
-            floor = floor.min(base_lsn);
+        if cf.head_version_settled() != base_version {
+            floor = floor.min(base_lsn.max(prev));
         }
     }
+    assert!(floor >= prev, "O3: the replay start moved backwards");
+    assert!(floor <= log_end, "the replay start passed the log end");
     floor
 }
 

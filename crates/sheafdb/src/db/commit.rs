@@ -56,8 +56,10 @@ impl DbShared {
         payload: &[u8],
         version: Version,
     ) -> Result<Lsn> {
+        let gate = cf.commit_gate.lock();
         let (_, end) = self.wal().append(payload).inspect_err(|_| self.poison())?;
         self.install_version(cf, st, &mut lock, version, end);
+        drop(gate);
         drop(lock);
         let durable = self.wait_durability(end, durability);
         cf.publish(version, durable, &|v| self.note_published(cf.id, v))?;
@@ -104,6 +106,11 @@ impl DbShared {
         let logged = merged
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
+        // Gates in ascending CfId order (`locked` is sorted), held from the
+        // append until every part is installed.
+        let gate_cfs: Vec<Arc<CfShared>> = locked.iter().map(|(cf, _)| cf.clone()).collect();
+        debug_assert!(gate_cfs.windows(2).all(|w| w[0].id < w[1].id));
+        let gates: Vec<_> = gate_cfs.iter().map(|cf| cf.commit_gate.lock()).collect();
         let end = if logged {
             let payload = merged.expect("checked");
             self.wal()
@@ -119,6 +126,7 @@ impl DbShared {
             let version = st.base.version.next();
             versions.push((cf.clone(), self.install_version(cf, st, lock, version, end)));
         }
+        drop(gates);
         let durable = if logged {
             self.wait_durability(end, durability)
         } else {
@@ -211,6 +219,7 @@ impl DbShared {
             lsn,
             batch,
         });
+        cf.set_head_version(version);
         slot.head = v.clone();
         cf.enqueue(v.clone());
         v

@@ -166,6 +166,29 @@ impl DbShared {
             .expect("the WAL is opened before the database is used")
     }
 
+    /// Makes the WAL durable through `lsn`, which a superblock about to be
+    /// written names (ordering rule O1). Before the WAL is opened (while a
+    /// database is created) nothing past the log's first LSN can be named.
+    pub fn wal_durable_through(&self, lsn: Lsn) -> Result<()> {
+        let Some(wal) = self.wal.get() else {
+            assert!(
+                lsn <= crate::wal::FIRST_LSN,
+                "O1: a superblock names {lsn:?} before the WAL exists"
+            );
+            return Ok(());
+        };
+        assert!(
+            lsn <= wal.next_lsn(),
+            "O1: a superblock would name {lsn:?}, past the log end"
+        );
+        wal.wait_durable(lsn)?;
+        assert!(
+            wal.synced_lsn() >= lsn,
+            "O1: WAL not durable through {lsn:?}"
+        );
+        Ok(())
+    }
+
     /// Bytes committed since the durable base, over all CFs.
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty_pages.load(Ordering::Relaxed) * self.pager.page_size() as u64

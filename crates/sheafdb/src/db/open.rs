@@ -51,17 +51,26 @@ pub(super) fn open(
         std::io::ErrorKind::WouldBlock => Error::DatabaseAlreadyOpen,
         _ => Error::Io(e),
     })?;
+    // A crashed process may have left writes in the OS cache that never
+    // reached the disk; what open reads must be durable before anything
+    // relies on it (recycling WAL segments below the replay start, say).
+    make_durable(&*vfs, &*storage)?;
     let shared = match read_superblock(&*storage)? {
         Some(sb) => open_existing(opts, storage, lock, sb)?,
-        None if create => {
-            vfs.sync_dir()?;
-            create_new(opts, storage, lock)?
-        }
+        None if create => create_new(opts, storage, lock)?,
         None => return Err(Error::NotADatabase(format!("{name} holds no superblock"))),
     };
     open_wal(&shared, vfs, name)?;
     shared.start_threads();
     Ok(Database { shared })
+}
+
+/// Ordering rule O2 (docs/design.md): the data file and its directory
+/// entry are synced before open trusts the superblock it reads.
+fn make_durable(vfs: &dyn Vfs, storage: &dyn Storage) -> Result<()> {
+    storage.sync_data()?;
+    vfs.sync_dir()?;
+    Ok(())
 }
 
 fn wal_options(opts: &Builder) -> Result<WalOptions> {
@@ -83,11 +92,34 @@ fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()>
     if std::env::var_os("SHEAF_TRACE").is_some() {
         eprintln!("replay from {from:?}: {summary:?}");
     }
+    // Ordering rule O1 (reader side): no new record may get an LSN that a
+    // recorded checkpoint already covers, or replay would skip it.
+    let floor = checkpoint_floor(shared);
+    let skipped = wal.skip_to(floor);
     shared.wal.set(Arc::new(wal)).expect("WAL opened once");
     shared
         .replayed_records
         .store(replayer.applied, std::sync::atomic::Ordering::Relaxed);
-    replayer.finish()
+    replayer.finish()?;
+    if skipped {
+        // The log ended before a checkpoint LSN (it was damaged): make a
+        // base past the skipped LSNs before anything new is appended.
+        shared.checkpoint_all()?;
+        debug_assert!(shared.sys.lock().replay_lsn >= floor);
+    }
+    Ok(())
+}
+
+/// The highest LSN the durable base names: the replay start and every
+/// CF's checkpoint LSN.
+fn checkpoint_floor(shared: &DbShared) -> Lsn {
+    let replay = shared.sys.lock().replay_lsn;
+    shared
+        .cfs
+        .read()
+        .values()
+        .map(|cf| cf.base.lock().1)
+        .fold(replay, Lsn::max)
 }
 
 fn wal_options_for(shared: &DbShared) -> WalOptions {

@@ -108,7 +108,10 @@ impl Pager {
     }
 
     /// Writes runs (any order) with fresh checksums, sorted and coalesced
-    /// into vectored writes. Does not sync. On success the runs are cached.
+    /// into vectored writes. Does not sync, and leaves the cache alone:
+    /// a run written but not yet synced is still the only durable-to-be
+    /// copy of its bytes, so it must stay dirty (unevictable) until
+    /// [`Pager::mark_clean`] after the sync (ordering rule O4).
     pub fn write_runs(&self, runs: &[(PageId, PageRef)]) -> Result<()> {
         let mut sorted: Vec<&(PageId, PageRef)> = runs.iter().collect();
         sorted.sort_by_key(|(id, _)| *id);
@@ -141,10 +144,15 @@ impl Pager {
             self.storage
                 .write_vectored_at(start.offset(self.page_size), &iov)?;
         }
+        Ok(())
+    }
+
+    /// After the sync that made `runs` durable: they match the file now,
+    /// so the cache may evict them.
+    pub fn mark_clean(&self, runs: &[(PageId, PageRef)]) {
         for (id, p) in runs {
             self.cache.insert(*id, p.clone());
         }
-        Ok(())
     }
 
     /// Keeps committed runs that no checkpoint has written yet in memory,

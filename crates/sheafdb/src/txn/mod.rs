@@ -155,12 +155,20 @@ pub(crate) struct CfShared {
     /// Extents the CF's persisted descriptor accounts for (its free list
     /// covers exactly these); extents claimed later are persisted as free.
     pub persisted_extents: Mutex<Vec<crate::format::records::PageRange>>,
+    /// Held by a committer from its WAL append until its version is the
+    /// head ([`CfShared::set_head_version`]); taken briefly by a checkpoint
+    /// to read the head version, so it never sees a record appended but
+    /// not yet installed. Lock order: writer lock, then this, then the WAL.
+    pub commit_gate: Mutex<()>,
+    /// Version of the latest committed (not necessarily published) state.
+    head_version: std::sync::atomic::AtomicU64,
 }
 
 impl CfShared {
     /// A CF whose latest state is `version`, also its durable base.
     pub fn new(id: CfId, name: String, alloc: CfAllocator, version: CfVersion) -> CfShared {
         let version = Arc::new(version);
+        let head_version = std::sync::atomic::AtomicU64::new(version.version.0);
         CfShared {
             id,
             name,
@@ -174,7 +182,28 @@ impl CfShared {
             alloc: Arc::new(Mutex::new(alloc)),
             publish: Mutex::new(PublishQueue::default()),
             published: parking_lot::Condvar::new(),
+            commit_gate: Mutex::new(()),
+            head_version,
         }
+    }
+
+    /// Records `v` as the latest committed version (under the writer lock,
+    /// and under the commit gate when a WAL record was appended for it).
+    pub fn set_head_version(&self, v: Version) {
+        use std::sync::atomic::Ordering;
+        let old = self.head_version.swap(v.0, Ordering::AcqRel);
+        assert!(
+            old < v.0,
+            "cf {}: head version went from {old} to {v}",
+            self.id
+        );
+    }
+
+    /// The latest committed version, read under the commit gate: every
+    /// record appended before this call is installed.
+    pub fn head_version_settled(&self) -> Version {
+        let _gate = self.commit_gate.lock();
+        Version(self.head_version.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Queues `v` for publication; called under the writer lock, so queue
@@ -297,6 +326,7 @@ impl CfShared {
             batch: ReclaimBatch::new(self.alloc.lock().released_sink()),
         });
         v0.batch.seal(Vec::new(), v1.batch.clone());
+        self.set_head_version(v1.version);
         slot.head = v1.clone();
         self.current.store(v1);
     }

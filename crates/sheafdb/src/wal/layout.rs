@@ -232,6 +232,22 @@ impl Layout {
         Ok((lsn, end))
     }
 
+    /// Before the first append after open: makes the next record start at
+    /// `lsn` if that is past `next_lsn`, in a use that starts a new chain
+    /// (nothing links across the skipped LSNs). Returns whether it moved.
+    pub fn skip_to(&mut self, lsn: Lsn) -> bool {
+        assert!(
+            self.open.is_none() && self.pending.is_empty(),
+            "skip_to is only allowed before the first append"
+        );
+        if lsn <= self.next_lsn {
+            return false;
+        }
+        self.next_lsn = lsn;
+        self.prev_salt = 0;
+        true
+    }
+
     /// Takes every pending step (for the I/O leader).
     pub fn take_pending(&mut self) -> Vec<Step> {
         std::mem::take(&mut self.pending)

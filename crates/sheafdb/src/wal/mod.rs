@@ -300,6 +300,7 @@ impl Wal {
         if st.poisoned {
             return Err(Error::Poisoned);
         }
+        let before = st.layout.next_lsn;
         let (lsn, end) = st.layout.push(frame).map_err(|_| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::StorageFull,
@@ -309,6 +310,10 @@ impl Wal {
                 ),
             ))
         })?;
+        // LSNs are issued in increasing order, past everything written.
+        assert!(lsn >= before, "WAL issued {lsn:?} below its end {before:?}");
+        assert!(end > lsn, "WAL record at {lsn:?} has no length");
+        debug_assert!(lsn >= st.written_lsn && lsn >= st.synced_lsn);
         st.stats.records += 1;
         st.stats.bytes += end.0 - lsn.0;
         Ok((lsn, end))
@@ -330,6 +335,24 @@ impl Wal {
     pub fn sync(&self) -> Result<()> {
         let end = self.next_lsn();
         self.wait_durable(end)
+    }
+
+    /// Right after open, before any append: the next record gets an LSN of
+    /// at least `lsn`. The database calls it when a recorded checkpoint LSN
+    /// lies past the end of the recovered log (the log was damaged), so no
+    /// new record can get an LSN a checkpoint already claims; it must then
+    /// checkpoint before appending, since the skipped LSNs break the chain
+    /// of uses. Returns whether the log end moved.
+    pub fn skip_to(&self, lsn: Lsn) -> bool {
+        let mut st = self.state.lock();
+        let moved = st.layout.skip_to(lsn);
+        if moved {
+            // Nothing exists in the skipped range, so nothing there is
+            // unwritten or unsynced.
+            st.written_lsn = lsn;
+            st.synced_lsn = lsn;
+        }
+        moved
     }
 
     /// Declares records below `lsn` unneeded (every CF's checkpoint covers
