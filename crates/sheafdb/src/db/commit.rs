@@ -106,20 +106,22 @@ impl DbShared {
         let logged = merged
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
+        if !logged {
+            self.wal().sync().inspect_err(|_| self.poison())?;
+        }
         // Gates in ascending CfId order (`locked` is sorted), held from the
         // append until every part is installed.
         let gate_cfs: Vec<Arc<CfShared>> = locked.iter().map(|(cf, _)| cf.clone()).collect();
         debug_assert!(gate_cfs.windows(2).all(|w| w[0].id < w[1].id));
         let gates: Vec<_> = gate_cfs.iter().map(|cf| cf.commit_gate.lock()).collect();
-        let end = if logged {
-            let payload = merged.expect("checked");
-            self.wal()
-                .append(&payload)
-                .inspect_err(|_| self.poison())?
-                .1
-        } else {
-            self.wal().sync().inspect_err(|_| self.poison())?;
-            self.wal().next_lsn()
+        let end = match merged.filter(|_| logged) {
+            Some(payload) => {
+                self.wal()
+                    .append(&payload)
+                    .inspect_err(|_| self.poison())?
+                    .1
+            }
+            None => self.wal().next_lsn(),
         };
         let mut versions = Vec::with_capacity(states.len());
         for ((cf, lock), st) in locked.iter_mut().zip(states.iter_mut()) {

@@ -38,6 +38,8 @@ pub(super) struct Replayer {
     cfs: HashMap<CfId, CfReplay>,
     /// Records applied (to at least one CF).
     pub applied: u64,
+    /// LSN of the last record seen: records come in increasing LSN order.
+    last_seen: Option<Lsn>,
 }
 
 fn corrupt(what: impl Into<String>) -> Error {
@@ -50,11 +52,20 @@ impl Replayer {
             shared,
             cfs: HashMap::new(),
             applied: 0,
+            last_seen: None,
         }
     }
 
     /// Applies one record.
     pub(super) fn apply(&mut self, lsn: Lsn, payload: &[u8]) -> Result<()> {
+        // The WAL checks LSN continuity frame by frame, so this holds for
+        // any file contents.
+        assert!(
+            self.last_seen.is_none_or(|last| lsn > last),
+            "replay went backwards: {lsn:?} after {:?}",
+            self.last_seen
+        );
+        self.last_seen = Some(lsn);
         let parts = decode_commit(payload)?;
         let mut used = false;
         for part in parts {
