@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 
 use crate::types::{CfId, PageId};
 
@@ -37,6 +38,64 @@ impl fmt::Display for Location {
             Location::File { name, offset } => write!(f, "{name} at byte {offset}"),
             Location::Other(s) => f.write_str(s),
         }
+    }
+}
+
+/// Why a database was poisoned: the first failure, kept for every later
+/// `Error::Poisoned`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoisonCause {
+    message: Arc<str>,
+    io_kind: Option<io::ErrorKind>,
+}
+
+impl PoisonCause {
+    /// The cause `e` describes (an `Error::Poisoned` passes its own on).
+    pub fn of(e: &Error) -> PoisonCause {
+        match e {
+            Error::Poisoned(cause) => cause.clone(),
+            Error::Io(io) => PoisonCause {
+                message: io.to_string().into(),
+                io_kind: Some(io.kind()),
+            },
+            other => PoisonCause {
+                message: other.to_string().into(),
+                io_kind: None,
+            },
+        }
+    }
+
+    /// An I/O failure while doing `what`.
+    pub fn io(what: &str, e: &io::Error) -> PoisonCause {
+        PoisonCause {
+            message: format!("{what}: {e}").into(),
+            io_kind: Some(e.kind()),
+        }
+    }
+
+    /// A cause that is not an error value (a panic, say).
+    pub fn new(message: impl Into<String>) -> PoisonCause {
+        PoisonCause {
+            message: message.into().into(),
+            io_kind: None,
+        }
+    }
+
+    /// What failed.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The kind of the I/O error that caused it, if it was one (for
+    /// example `StorageFull` for a full disk).
+    pub fn io_kind(&self) -> Option<io::ErrorKind> {
+        self.io_kind
+    }
+}
+
+impl fmt::Display for PoisonCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -90,8 +149,24 @@ pub enum Error {
         /// Largest allowed.
         max: usize,
     },
-    /// A previous write or sync failed; the database must be reopened.
-    Poisoned,
+    /// An earlier failure left memory and the files possibly disagreeing
+    /// (a failed write or sync, a failed checkpoint, a panic mid-commit);
+    /// the database refuses writes until it is reopened. Carries the
+    /// original cause.
+    Poisoned(PoisonCause),
+    /// The database was closed (or dropped); this handle outlived it.
+    DatabaseClosed,
+    /// An operation of this write transaction failed part-way, so its
+    /// changes may be incomplete: it can only be aborted (or dropped).
+    TransactionFailed(String),
+    /// The call would wait for a lock the calling thread itself holds
+    /// (for example a second write transaction on a CF from the thread
+    /// that holds its writer), so it fails instead of hanging.
+    WouldDeadlock(String),
+    /// `try_begin_write`: another write transaction holds the CF's writer.
+    WriterBusy(String),
+    /// A handle (column family) of another open database was passed.
+    ForeignHandle(String),
     /// A write was attempted through a read-only handle.
     ReadOnly,
     /// An argument was invalid (bad page size, bad name, ...).
@@ -120,6 +195,13 @@ impl Error {
     /// True for `Error::Corrupted`.
     pub fn is_corrupted(&self) -> bool {
         matches!(self, Error::Corrupted { .. })
+    }
+
+    /// The error to hand the other waiters of a failure: the same error
+    /// for every variant that can be copied, else `Poisoned` with this
+    /// error as its cause (an I/O error has one owner).
+    pub fn clone_for_waiters(&self) -> Error {
+        Error::Poisoned(PoisonCause::of(self))
     }
 
     /// A column family id that no longer exists.
@@ -156,8 +238,24 @@ impl fmt::Display for Error {
             Error::ValueTooLarge { len, max } => {
                 write!(f, "value of {len} bytes exceeds the maximum of {max}")
             }
-            Error::Poisoned => {
-                f.write_str("database poisoned by an earlier write or sync failure; reopen it")
+            Error::Poisoned(cause) => write!(
+                f,
+                "database refuses writes after an earlier failure (reopen it); the cause: {cause}"
+            ),
+            Error::DatabaseClosed => f.write_str("the database was closed; reopen it"),
+            Error::TransactionFailed(cause) => write!(
+                f,
+                "an operation of this write transaction failed ({cause}); it can only be aborted"
+            ),
+            Error::WouldDeadlock(what) => write!(f, "would wait on this thread's own lock: {what}"),
+            Error::WriterBusy(cf) => {
+                write!(
+                    f,
+                    "column family {cf:?} has a write transaction in progress"
+                )
+            }
+            Error::ForeignHandle(what) => {
+                write!(f, "{what} belongs to another open database")
             }
             Error::ReadOnly => f.write_str("database is read-only"),
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),

@@ -98,9 +98,9 @@ fn poisoned_database_refuses_writes_until_reopened() {
         .insert(b"k".as_slice(), b"v".as_slice())
         .unwrap();
     assert!(tx.commit().is_err());
-    assert!(matches!(db.begin_write(), Err(sheafdb::Error::Poisoned)));
+    assert!(matches!(db.begin_write(), Err(sheafdb::Error::Poisoned(_))));
     vfs.clear_faults();
-    assert!(matches!(db.begin_write(), Err(sheafdb::Error::Poisoned)));
+    assert!(matches!(db.begin_write(), Err(sheafdb::Error::Poisoned(_))));
     drop(db);
     let db = open_sim(&vfs, "poison.sheaf").unwrap();
     db.check_integrity().unwrap();

@@ -64,8 +64,15 @@ impl ColumnFamily {
         WriteTransaction::begin(self.shared.clone(), self.cf.clone())
     }
 
+    /// Starts a write transaction on this CF only if no other one is in
+    /// progress: `Error::WriterBusy` at once otherwise.
+    pub fn try_begin_write(&self) -> Result<WriteTransaction> {
+        WriteTransaction::try_begin(self.shared.clone(), self.cf.clone())
+    }
+
     /// A snapshot of this CF. Never blocks.
     pub fn begin_read(&self) -> Result<ReadTransaction> {
+        self.shared.check_not_closed()?;
         self.cf.check_live()?;
         let rx = ReadTransaction::for_cf(self.shared.clone(), &self.cf);
         // Dropped after the first check: the version we hold may belong
@@ -97,6 +104,7 @@ impl ColumnFamily {
 
     /// Checks this CF's trees and space (see `Database::check_integrity`).
     pub fn check_integrity(&self) -> Result<super::IntegrityReport> {
+        self.shared.check_not_closed()?;
         self.cf.check_live()?;
         super::integrity::check_cf(&self.shared, &self.cf)
     }
@@ -152,14 +160,18 @@ impl DbShared {
     fn append_cf_record(&self, cf: CfId, op: Op<'_>) -> Result<(Lsn, Lsn)> {
         let mut payload = Vec::new();
         crate::wal::record::encode_commit(&[CfPart { cf, ops: vec![op] }], &mut payload);
-        self.wal().append(&payload).inspect_err(|_| self.poison())
+        // A failed append changes nothing (the WAL poisons itself on I/O).
+        self.wal().append(&payload)
     }
 
+    /// Waits for a CF record's sync; the registry already shows it, so a
+    /// failure poisons.
     fn wait_cf_record(&self, end: Lsn) -> Result<()> {
-        self.wal().wait_durable(end).inspect_err(|_| self.poison())
+        self.wal().wait_durable(end).inspect_err(|e| self.poison(e))
     }
 
     fn create_cf(self: &Arc<Self>, name: &str) -> Result<Arc<CfShared>> {
+        let _open = self.enter_commit()?;
         let id = CfId(self.next_cf.fetch_add(1, Ordering::AcqRel));
         let (cf, end) = {
             let _change = self.cf_change.write();
@@ -184,12 +196,24 @@ impl Database {
     /// Creates a column family. `CfExists` if the name is taken.
     pub fn create_cf(&self, name: &str) -> Result<ColumnFamily> {
         check_cf_name(name)?;
-        self.shared.check_writable()?;
+        self.shared.check_open()?;
         let _registry = self.shared.cf_registry.lock();
         if self.shared.cf_by_name(name).is_some() {
             return Err(Error::CfExists(name.to_string()));
         }
         Ok(self.handle(self.shared.create_cf(name)?))
+    }
+
+    /// `ForeignHandle` unless `cf` is a handle of this database.
+    fn check_own(&self, cf: &ColumnFamily) -> Result<()> {
+        if Arc::ptr_eq(&self.shared, &cf.shared) {
+            Ok(())
+        } else {
+            Err(Error::ForeignHandle(format!(
+                "column family {:?}",
+                cf.name()
+            )))
+        }
     }
 
     /// The column family `name`. `CfNotFound` if there is none.
@@ -207,7 +231,7 @@ impl Database {
         if let Some(cf) = self.shared.cf_by_name(name) {
             return Ok(self.handle(cf));
         }
-        self.shared.check_writable()?;
+        self.shared.check_open()?;
         let _registry = self.shared.cf_registry.lock();
         if let Some(cf) = self.shared.cf_by_name(name) {
             return Ok(self.handle(cf));
@@ -218,7 +242,7 @@ impl Database {
     /// Drops a column family and all its tables. Waits for its writer in
     /// progress, if any. The default CF cannot be dropped.
     pub fn drop_cf(&self, name: &str) -> Result<()> {
-        self.shared.check_writable()?;
+        self.shared.check_open()?;
         let _registry = self.shared.cf_registry.lock();
         let cf = self
             .shared
@@ -229,8 +253,10 @@ impl Database {
                 "the default column family cannot be dropped".into(),
             ));
         }
-        let _writer = cf.writer.lock();
+        // `WouldDeadlock` if this thread holds the CF's write transaction.
+        let _writer = cf.lock_writer()?;
         cf.wait_publication(None, &|| self.shared.check_writable())?;
+        let _open = self.shared.enter_commit()?;
         let end = {
             let _change = self.shared.cf_change.write();
             let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;
@@ -262,6 +288,7 @@ impl Database {
     /// atomically with one WAL record. Locks them in `CfId` order up front.
     pub fn begin_write_cfs(&self, cfs: &[&ColumnFamily]) -> Result<MultiWriteTransaction> {
         for c in cfs {
+            self.check_own(c)?;
             c.cf.check_live()?;
         }
         let arcs = cfs.iter().map(|c| c.cf.clone()).collect();

@@ -112,7 +112,7 @@ impl DbShared {
         if let Err(e) =
             self.write_checkpoint_with(&mut sys, &runs, descriptors, replay_lsn, &persisted)
         {
-            self.poison();
+            self.poison(&e);
             return Err(e);
         }
         for p in &plans {

@@ -19,10 +19,72 @@
 use std::sync::Arc;
 
 use super::DbShared;
-use crate::error::{Error, Result};
+use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
 use crate::txn::{CfShared, CfVersion, Durability, WriteState, WriterGuard, WriterSlot};
 use crate::types::{CfId, Lsn, PageId, Version};
+
+/// A version queued for publication whose committer has not resolved it
+/// yet. Every path out of a commit resolves it: published, or failed (the
+/// database is then poisoned). If the committer unwinds (a panic) before
+/// that, dropping the guard fails the version, so no later committer of
+/// the CF waits forever behind it (issue 9 point 6).
+struct Unpublished<'a> {
+    db: &'a DbShared,
+    cf: Arc<CfShared>,
+    version: Arc<CfVersion>,
+    armed: bool,
+}
+
+impl<'a> Unpublished<'a> {
+    fn new(db: &'a DbShared, cf: &Arc<CfShared>, version: Arc<CfVersion>) -> Self {
+        Unpublished {
+            db,
+            cf: cf.clone(),
+            version,
+            armed: true,
+        }
+    }
+
+    /// Publishes (in LSN order, waiting for earlier versions) once the
+    /// commit is as durable as promised; fails it if `durable` is an error.
+    fn publish(mut self, durable: Result<()>) -> Result<()> {
+        self.armed = false;
+        let db = self.db;
+        let id = self.cf.id;
+        if let Err(e) = &durable {
+            db.poison(e);
+        }
+        self.cf
+            .publish(self.version.version, durable, &|v| db.note_published(id, v))
+    }
+
+    /// Fails the version with `e` (poisoning the database) and returns `e`.
+    fn fail(self, e: Error) -> Error {
+        let _ = self.publish(Err(e.clone_for_waiters()));
+        e
+    }
+}
+
+impl Drop for Unpublished<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let cause = PoisonCause::new(format!(
+                "a commit of cf {} stopped between its WAL append and its publication{}",
+                self.cf.id,
+                if std::thread::panicking() {
+                    " (panic)"
+                } else {
+                    ""
+                }
+            ));
+            self.db.poison_with(cause.clone());
+            let _ = self
+                .cf
+                .publish(self.version.version, Err(Error::Poisoned(cause)), &|_| {});
+        }
+    }
+}
 
 impl DbShared {
     /// Commits `st` (the transaction's state) on `cf`.
@@ -33,7 +95,7 @@ impl DbShared {
         lock: WriterGuard,
         durability: Durability,
     ) -> Result<()> {
-        self.check_writable()?;
+        let _open = self.enter_commit()?;
         let version = st.base.version.next();
         let payload = st.log.take().map(|enc| enc.finish());
         let result = match payload {
@@ -57,12 +119,15 @@ impl DbShared {
         version: Version,
     ) -> Result<Lsn> {
         let gate = cf.commit_gate.lock();
-        let (_, end) = self.wal().append(payload).inspect_err(|_| self.poison())?;
-        self.install_version(cf, st, &mut lock, version, end);
+        // A failed append changes nothing (the WAL poisons itself if its
+        // I/O failed); the caller rolls the transaction back.
+        let (_, end) = self.wal().append(payload)?;
+        let v = self.install_version(cf, st, &mut lock, version, end);
+        let pending = Unpublished::new(self, cf, v);
         drop(gate);
         drop(lock);
         let durable = self.wait_durability(end, durability);
-        cf.publish(version, durable, &|v| self.note_published(cf.id, v))?;
+        pending.publish(durable)?;
         Ok(end)
     }
 
@@ -75,14 +140,18 @@ impl DbShared {
     ) -> Result<Lsn> {
         // Earlier versions of this CF go first: make them durable and wait
         // until they are published.
-        self.wal().sync().inspect_err(|_| self.poison())?;
+        self.wal().sync().inspect_err(|e| self.poison(e))?;
         cf.wait_publication(None, &|| self.check_writable())?;
         // No record of this CF can be appended while we hold its lock, so
         // replay of this CF may resume at the current end of the log.
         let lsn = self.wal().next_lsn();
         let v = self.install_version(cf, st, &mut lock, version, lsn);
-        self.checkpoint_including(vec![(cf.clone(), v)])?;
-        let published = cf.publish(version, Ok(()), &|v| self.note_published(cf.id, v));
+        let pending = Unpublished::new(self, cf, v.clone());
+        // From here on the head is ahead of the file: any failure poisons.
+        if let Err(e) = self.checkpoint_including(vec![(cf.clone(), v)]) {
+            return Err(pending.fail(e));
+        }
+        let published = pending.publish(Ok(()));
         drop(lock);
         published.map(|()| lsn)
     }
@@ -97,7 +166,7 @@ impl DbShared {
         states: &mut [&mut WriteState],
         durability: Durability,
     ) -> Result<()> {
-        self.check_writable()?;
+        let _open = self.enter_commit()?;
         let mut payloads = Vec::with_capacity(states.len());
         for st in states.iter_mut() {
             payloads.push(st.log.take().map(|e| e.finish()));
@@ -107,7 +176,7 @@ impl DbShared {
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         if !logged {
-            self.wal().sync().inspect_err(|_| self.poison())?;
+            self.wal().sync().inspect_err(|e| self.poison(e))?;
         }
         // Gates in ascending CfId order (`locked` is sorted), held from the
         // append until every part is installed.
@@ -115,18 +184,16 @@ impl DbShared {
         debug_assert!(gate_cfs.windows(2).all(|w| w[0].id < w[1].id));
         let gates: Vec<_> = gate_cfs.iter().map(|cf| cf.commit_gate.lock()).collect();
         let end = match merged.filter(|_| logged) {
-            Some(payload) => {
-                self.wal()
-                    .append(&payload)
-                    .inspect_err(|_| self.poison())?
-                    .1
-            }
+            Some(payload) => self.wal().append(&payload)?.1,
             None => self.wal().next_lsn(),
         };
         let mut versions = Vec::with_capacity(states.len());
+        let mut pending = Vec::with_capacity(states.len());
         for ((cf, lock), st) in locked.iter_mut().zip(states.iter_mut()) {
             let version = st.base.version.next();
-            versions.push((cf.clone(), self.install_version(cf, st, lock, version, end)));
+            let v = self.install_version(cf, st, lock, version, end);
+            pending.push(Unpublished::new(self, cf, v.clone()));
+            versions.push((cf.clone(), v));
         }
         drop(gates);
         let durable = if logged {
@@ -135,16 +202,21 @@ impl DbShared {
             self.checkpoint_including(versions.clone())
         };
         if let Err(e) = durable {
-            for (cf, v) in &versions {
-                let _ = cf.publish(v.version, Err(Error::Poisoned), &|_| {});
+            self.poison(&e);
+            for p in pending {
+                let _ = p.fail(e.clone_for_waiters());
             }
             return Err(e);
         }
         // Earlier commits of these CFs (which released their locks early)
-        // publish first.
-        // (We hold their writer locks: once ours is at the front it stays.)
+        // publish first. (We hold their writer locks: once ours is at the
+        // front it stays.) A failure here leaves the guards armed: they
+        // fail the versions and poison.
         for (cf, v) in &versions {
             cf.wait_publication(Some(v.version), &|| self.check_writable())?;
+        }
+        for p in &mut pending {
+            p.armed = false;
         }
         for (cf, v) in &versions {
             cf.publish_alone(v);
@@ -173,8 +245,8 @@ impl DbShared {
             Durability::Eventual => self.wal().wait_written(end),
             Durability::None => Ok(()),
         };
-        if r.is_err() {
-            self.poison();
+        if let Err(e) = &r {
+            self.poison(e);
         }
         r
     }

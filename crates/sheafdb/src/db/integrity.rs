@@ -107,8 +107,12 @@ fn check_partition(
 
 pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
     let cfs: Vec<_> = shared.cfs.read().values().cloned().collect();
-    // Quiesce: no writer of any CF, no checkpoint.
-    let _writers: Vec<_> = cfs.iter().map(|c| c.writer.lock_arc()).collect();
+    // Quiesce: no writer of any CF, no checkpoint. `WouldDeadlock` if this
+    // thread holds one of the writers (it would wait on itself).
+    let mut _writers = Vec::with_capacity(cfs.len());
+    for c in &cfs {
+        _writers.push(c.lock_writer()?);
+    }
     let sys = shared.sys.lock();
     let mut report = IntegrityReport::default();
 
@@ -218,6 +222,6 @@ pub(super) fn check_cf(
     shared: &Arc<DbShared>,
     cf: &Arc<crate::txn::CfShared>,
 ) -> Result<IntegrityReport> {
-    let _writer = cf.writer.lock();
+    let _writer = cf.lock_writer()?;
     check_one(shared, cf)
 }

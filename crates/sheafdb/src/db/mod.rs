@@ -27,7 +27,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::btree::TreeRoot;
-use crate::error::{Error, Result};
+use crate::error::{Error, PoisonCause, Result};
 use crate::format::page::DEFAULT_PAGE_SIZE;
 use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy};
 use crate::pager::Pager;
@@ -134,7 +134,21 @@ pub(crate) struct DbShared {
     pub replayed_records: AtomicU64,
     signal: CheckpointSignal,
     threads: Mutex<Threads>,
+    /// Set by the first failure after which memory and the files may
+    /// disagree; `poison_cause` holds that failure.
     poisoned: AtomicBool,
+    poison_cause: OnceLock<PoisonCause>,
+    /// Set by `Database::close`/drop; every later use gets
+    /// `Error::DatabaseClosed`.
+    closed: AtomicBool,
+    /// Read-held by every commit and CF create/drop from its "still open?"
+    /// check until it returns; write-held by close while it sets `closed`.
+    /// So every commit that passed the check is covered by close's final
+    /// checkpoint and sync, and none starts after it.
+    close_gate: RwLock<()>,
+    /// Released when the last handle (database, CF handle, transaction)
+    /// is gone, so no other instance can open the file while an old
+    /// snapshot may still read it.
     _lock: Box<dyn LockGuard>,
 }
 
@@ -146,17 +160,63 @@ pub(crate) struct Threads {
 }
 
 impl DbShared {
-    /// Errors if the database refuses writes.
+    /// Errors if the database refuses writes (it was poisoned).
     pub fn check_writable(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned);
+            return Err(Error::Poisoned(self.poison_cause()));
         }
         Ok(())
     }
 
-    /// Marks the database unusable for writes until reopened.
-    pub fn poison(&self) {
+    /// Errors if the database was closed (reads still work when poisoned).
+    pub fn check_not_closed(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::DatabaseClosed);
+        }
+        Ok(())
+    }
+
+    /// Errors if the database was closed, or refuses writes.
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::DatabaseClosed);
+        }
+        self.check_writable()
+    }
+
+    /// For a commit or a CF change: holds off close until the caller is
+    /// done, after checking the database is open and writable.
+    pub fn enter_commit(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        let gate = self.close_gate.read();
+        self.check_open()?;
+        Ok(gate)
+    }
+
+    /// Marks the database unusable for writes until reopened; the first
+    /// cause is kept for every later `Error::Poisoned`.
+    pub fn poison(&self, cause: &Error) {
+        self.poison_with(PoisonCause::of(cause));
+    }
+
+    /// [`DbShared::poison`] with a cause that is not an `Error`.
+    pub fn poison_with(&self, cause: PoisonCause) {
+        let _ = self.poison_cause.set(cause);
         self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// The first failure that poisoned the database.
+    pub fn poison_cause(&self) -> PoisonCause {
+        self.poison_cause
+            .get()
+            .cloned()
+            .unwrap_or_else(|| PoisonCause::new("unknown"))
+    }
+
+    /// Sets `closed` once no commit is in flight; false if it was set
+    /// already.
+    fn mark_closed(&self) -> bool {
+        let _gate = self.close_gate.write();
+        !self.closed.swap(true, Ordering::AcqRel)
     }
 
     /// The write-ahead log.
@@ -226,7 +286,17 @@ impl DbShared {
 
     fn start_threads(self: &Arc<Self>) {
         let mut t = self.threads.lock();
-        t.flusher = Some(self.wal().start_flusher(self.options.sync_interval));
+        // A failed background sync poisons the database like a foreign one.
+        let weak = Arc::downgrade(self);
+        let on_error = move |e: &Error| {
+            if let Some(shared) = weak.upgrade() {
+                shared.poison(e);
+            }
+        };
+        t.flusher = Some(
+            self.wal()
+                .start_flusher(self.options.sync_interval, Box::new(on_error)),
+        );
         if self.options.background_checkpoints {
             let weak = Arc::downgrade(self);
             t.checkpointer = Some(
@@ -472,33 +542,42 @@ impl Database {
         WriteTransaction::begin(self.shared.clone(), self.shared.cf(CfId::DEFAULT)?)
     }
 
+    /// Starts a write transaction on the default column family only if no
+    /// other one is in progress: `Error::WriterBusy` at once otherwise.
+    pub fn try_begin_write(&self) -> Result<WriteTransaction> {
+        WriteTransaction::try_begin(self.shared.clone(), self.shared.cf(CfId::DEFAULT)?)
+    }
+
     /// Takes a snapshot of every column family at one instant (a multi-CF
     /// commit is in all of its CFs or in none). `open_table` on it reads the
     /// default CF. Never blocks: one atomic load.
     pub fn begin_read(&self) -> Result<ReadTransaction> {
+        self.shared.check_not_closed()?;
         Ok(ReadTransaction::for_db(self.shared.clone()))
     }
 
     /// Verifies checksums, tree order and key bounds, page ownership,
     /// allocator agreement and catalog counts (DESIGN §11).
     pub fn check_integrity(&self) -> Result<IntegrityReport> {
+        self.shared.check_not_closed()?;
         integrity::check(&self.shared)
     }
 
     /// Writes every published commit into the data file and lets the WAL
     /// behind it be recycled (DESIGN §6). Readers and writers keep running.
     pub fn checkpoint(&self) -> Result<()> {
+        self.shared.check_open()?;
         self.shared.checkpoint_all()
     }
 
     /// Makes every committed transaction durable, whatever its
     /// [`Durability`].
     pub fn sync(&self) -> Result<()> {
-        self.shared.check_writable()?;
+        self.shared.check_open()?;
         self.shared
             .wal()
             .sync()
-            .inspect_err(|_| self.shared.poison())
+            .inspect_err(|e| self.shared.poison(e))
     }
 
     /// WAL records recovery applied when this database was opened (0 after
@@ -534,20 +613,30 @@ impl Database {
         self.shared.extents.lock().file_pages() * self.page_size() as u64
     }
 
-    /// Closes cleanly: stops background work and checkpoints, so the next
-    /// open replays nothing. Dropping the database does the same but
-    /// cannot report an error.
+    /// Closes cleanly: waits for commits in flight, stops background work
+    /// and checkpoints, so the next open replays nothing and every commit
+    /// acknowledged before is durable. Dropping the database does the same
+    /// but cannot report an error.
+    ///
+    /// Handles that outlive it (column families, transactions) then fail
+    /// with `Error::DatabaseClosed` for every write and every new snapshot;
+    /// a snapshot taken before keeps reading. The file stays locked until
+    /// the last of them is dropped.
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }
 
     fn shutdown(&self) -> Result<()> {
         self.shared.stop_threads();
-        if self.shared.check_writable().is_err() {
-            return Err(Error::Poisoned);
+        if !self.shared.mark_closed() {
+            return Ok(());
         }
+        self.shared.check_writable()?;
         self.shared.checkpoint_all()?;
-        self.shared.wal().sync()
+        self.shared
+            .wal()
+            .sync()
+            .inspect_err(|e| self.shared.poison(e))
     }
 }
 

@@ -235,6 +235,9 @@ fn new_shared(
         signal: Default::default(),
         threads: parking_lot::Mutex::new(Threads::default()),
         poisoned: AtomicBool::new(false),
+        poison_cause: OnceLock::new(),
+        closed: AtomicBool::new(false),
+        close_gate: RwLock::new(()),
         _lock: lock,
     }))
 }

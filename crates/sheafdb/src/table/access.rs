@@ -158,14 +158,11 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                     self.cursor.next(pages)
                 }
             }
-            Source::Write(txn) => {
-                let st = txn.state();
-                if back {
-                    self.cursor.next_back(&st.pages)
-                } else {
-                    self.cursor.next(&st.pages)
-                }
-            }
+            Source::Write(txn) => match txn.state() {
+                Ok(st) if back => self.cursor.next_back(&st.pages),
+                Ok(st) => self.cursor.next(&st.pages),
+                Err(e) => Err(e),
+            },
         };
         match r {
             Ok(Some((k, v))) => Some(entry(k, v)),
@@ -317,14 +314,17 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     /// Runs `f` on the tree of this table, stores the new root, then lets
-    /// `log` record the logical operation for the WAL.
+    /// `log` record the logical operation for the WAL. If `f` fails after
+    /// it may have changed pages, the transaction is marked failed (see
+    /// [`WriteState::fail`]): it can then only be aborted.
     fn with_tree<R>(
         &self,
         f: impl FnOnce(&mut crate::txn::pages::TxnPages, &mut TreeRoot) -> Result<R>,
         log: impl FnOnce(&mut WriteState, TableId, &R),
     ) -> Result<R> {
-        let mut guard = self.txn.state();
+        let mut guard = self.txn.state()?;
         let st = &mut *guard;
+        st.check_not_failed()?;
         let table = st
             .tables
             .get_mut(&self.name)
@@ -333,13 +333,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let mut root = table.root();
         let r = f(&mut st.pages, &mut root);
         table.set_root(root);
-        let r = r?;
+        let r = r.map_err(|e| st.fail(e))?;
         log(st, id, &r);
         Ok(r)
     }
 
     fn root(&self) -> Result<TreeRoot> {
-        let st = self.txn.state();
+        let st = self.txn.state()?;
         st.tables
             .get(&self.name)
             .map(|t| t.root())
@@ -397,7 +397,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         K: 'a,
     {
         let k = encode_key::<K>(key.borrow());
-        let st = self.txn.state();
+        let st = self.txn.state()?;
         let root = st
             .tables
             .get(&self.name)
@@ -472,8 +472,12 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
     ) -> Result<Vec<Entry<K, V>>> {
         let mut failure = None;
+        let txn = self.txn;
         let removed = self.with_tree(
             |pages, root| {
+                // The closure is user code run under the state lock: using
+                // this transaction from it is an error, not a self-deadlock.
+                let _scope = txn.callback_scope();
                 btree::drain_filter(pages, root, |k, v| {
                     match (K::decode_key(k), V::decode_value(v)) {
                         (Ok(k), Ok(v)) => f(k, v),

@@ -114,14 +114,14 @@ pub(crate) struct WriterSlot {
 }
 
 /// Where a committed version is on its way to readers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum PublishState {
     /// Its committer is waiting for the durability its mode promises.
     Waiting,
     /// Durable enough; publishable once every earlier version is.
     Ready,
     /// Its WAL write or sync failed: nothing after it is ever published.
-    Failed,
+    Failed(crate::error::PoisonCause),
 }
 
 /// Committed versions of one CF not yet visible to readers, in commit order.
@@ -144,6 +144,9 @@ pub(crate) struct CfShared {
     pub id: CfId,
     pub name: String,
     pub writer: Arc<Mutex<WriterSlot>>,
+    /// [`thread_token`] of the thread holding `writer` through a
+    /// [`WriterGuard`] (0: none).
+    writer_owner: Arc<std::sync::atomic::AtomicU64>,
     pub current: ArcSwap<CfVersion>,
     pub alloc: Arc<Mutex<CfAllocator>>,
     publish: Mutex<PublishQueue>,
@@ -175,6 +178,7 @@ impl CfShared {
             persisted_extents: Mutex::new(alloc.extents().to_vec()),
             dropped: std::sync::atomic::AtomicBool::new(false),
             base: Mutex::new((version.version, version.lsn)),
+            writer_owner: Arc::default(),
             writer: Arc::new(Mutex::new(WriterSlot {
                 head: version.clone(),
             })),
@@ -184,6 +188,51 @@ impl CfShared {
             published: parking_lot::Condvar::new(),
             commit_gate: Mutex::new(()),
             head_version,
+        }
+    }
+
+    /// True if the calling thread holds this CF's writer lock.
+    pub fn writer_held_here(&self) -> bool {
+        self.writer_owner.load(std::sync::atomic::Ordering::Acquire) == thread_token()
+    }
+
+    fn would_deadlock(&self) -> Error {
+        Error::WouldDeadlock(format!(
+            "this thread already holds the write transaction of column family {:?}",
+            self.name
+        ))
+    }
+
+    fn guard(
+        &self,
+        guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
+    ) -> WriterGuard {
+        self.writer_owner
+            .store(thread_token(), std::sync::atomic::Ordering::Release);
+        WriterGuard {
+            guard,
+            owner: self.writer_owner.clone(),
+        }
+    }
+
+    /// Takes the writer lock, waiting for another thread's transaction;
+    /// `WouldDeadlock` at once if this thread holds it.
+    pub fn lock_writer(&self) -> Result<WriterGuard> {
+        if self.writer_held_here() {
+            return Err(self.would_deadlock());
+        }
+        Ok(self.guard(self.writer.lock_arc()))
+    }
+
+    /// Takes the writer lock if it is free; `WriterBusy` (or
+    /// `WouldDeadlock` for this thread's own) otherwise.
+    pub fn try_lock_writer(&self) -> Result<WriterGuard> {
+        if self.writer_held_here() {
+            return Err(self.would_deadlock());
+        }
+        match self.writer.try_lock_arc() {
+            Some(g) => Ok(self.guard(g)),
+            None => Err(Error::WriterBusy(self.name.clone())),
         }
     }
 
@@ -228,13 +277,16 @@ impl CfShared {
         on_publish: OnPublish<'_>,
     ) -> Result<()> {
         let mut q = self.publish.lock();
-        let state = if durable.is_ok() {
-            PublishState::Ready
-        } else {
-            PublishState::Failed
+        let state = match &durable {
+            Ok(()) => PublishState::Ready,
+            Err(e) => PublishState::Failed(crate::error::PoisonCause::of(e)),
         };
         if let Some(e) = q.entries.iter_mut().find(|(v, _)| v.version == version) {
             e.1 = state;
+        }
+        if durable.is_err() {
+            // Waiters behind it must see the failure now, not at a timeout.
+            self.published.notify_all();
         }
         durable?;
         let mut newest = None;
@@ -260,11 +312,8 @@ impl CfShared {
             if self.current.load().version >= version {
                 return Ok(());
             }
-            if q.entries
-                .front()
-                .is_some_and(|(_, s)| *s == PublishState::Failed)
-            {
-                return Err(Error::Poisoned);
+            if let Some((_, PublishState::Failed(cause))) = q.entries.front() {
+                return Err(Error::Poisoned(cause.clone()));
             }
             self.published
                 .wait_for(&mut q, std::time::Duration::from_millis(20));
@@ -472,7 +521,20 @@ impl ReadTransaction {
         cf: &crate::db::ColumnFamily,
         def: TableDefinition<'_, K, V>,
     ) -> Result<ReadOnlyTable<K, V>> {
+        self.check_own(cf)?;
         self.open_in(cf.id(), cf.name(), def)
+    }
+
+    /// `ForeignHandle` unless `cf` is a handle of this snapshot's database.
+    fn check_own(&self, cf: &crate::db::ColumnFamily) -> Result<()> {
+        if Arc::ptr_eq(&self.shared, &cf.shared) {
+            Ok(())
+        } else {
+            Err(Error::ForeignHandle(format!(
+                "column family {:?}",
+                cf.name()
+            )))
+        }
     }
 
     /// Names of the home CF's tables, sorted.
@@ -483,6 +545,7 @@ impl ReadTransaction {
 
     /// Names of `cf`'s tables, sorted.
     pub fn list_tables_in(&self, cf: &crate::db::ColumnFamily) -> Result<Vec<String>> {
+        self.check_own(cf)?;
         let (pages, v) = self.version_of(cf.id(), cf.name())?;
         list_catalog(&pages, &v.catalog)
     }
@@ -538,13 +601,15 @@ pub(crate) struct WriteState {
     pub catalog: TreeRoot,
     pub next_table: TableId,
     pub tables: HashMap<String, TableState>,
-    pub open: HashSet<String>,
     pub catalog_changed: bool,
     /// The logical operations so far, for the WAL record; `None` once the
     /// transaction outgrew `log_max_bytes` and will commit by a direct
     /// checkpoint instead.
     pub log: Option<CommitEncoder>,
     pub log_max_bytes: usize,
+    /// Set when an operation failed after it may have changed pages: the
+    /// WAL record and the pages may disagree, so only abort is allowed.
+    pub failed: Option<String>,
 }
 
 impl WriteState {
@@ -563,10 +628,30 @@ impl WriteState {
             next_table: base.next_table,
             base,
             tables: HashMap::new(),
-            open: HashSet::new(),
             catalog_changed: false,
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_max_bytes: log_max_bytes.unwrap_or(0),
+            failed: None,
+        }
+    }
+
+    /// Records that an operation failed with `e` part-way (unless `e` is
+    /// one of the errors raised before anything changes: an oversized key
+    /// or value); returns `e`.
+    pub fn fail(&mut self, e: Error) -> Error {
+        let before_any_change =
+            matches!(e, Error::KeyTooLarge { .. } | Error::ValueTooLarge { .. });
+        if !before_any_change && self.failed.is_none() {
+            self.failed = Some(e.to_string());
+        }
+        e
+    }
+
+    /// `TransactionFailed` once an operation failed part-way.
+    pub fn check_not_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(Error::TransactionFailed(cause.clone())),
+            None => Ok(()),
         }
     }
 
@@ -606,18 +691,71 @@ impl WriteState {
     }
 }
 
+/// Clears [`WriteTransaction::callback_scope`] when dropped.
+pub(crate) struct CallbackScope<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for CallbackScope<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A write transaction on one CF. Dropping it without `commit` aborts.
 pub struct WriteTransaction {
     shared: Arc<DbShared>,
     cf: Arc<CfShared>,
     state: Mutex<WriteState>,
+    /// Names of the tables with a live handle. Its own lock, taken after
+    /// `state` (never the other way), so dropping a handle never waits on
+    /// the state.
+    open_tables: Mutex<HashSet<String>>,
+    /// [`thread_token`] of a thread running user code (an `extract_if` or
+    /// `retain` closure) while it holds `state`; 0 when none.
+    callback_thread: std::sync::atomic::AtomicU64,
     durability: Durability,
     finished: bool,
     lock: Option<WriterGuard>,
 }
 
-/// The held writer lock of a CF.
-pub(crate) type WriterGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>;
+/// A small non-zero number naming the calling thread (stable for its
+/// life), so a lock can tell that its own holder asks for it again.
+pub(crate) fn thread_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|t| *t)
+}
+
+/// The held writer lock of a CF. Records the thread that took it, so a
+/// second request from that thread fails (`WouldDeadlock`) instead of
+/// waiting on itself.
+pub(crate) struct WriterGuard {
+    guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
+    owner: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::ops::Deref for WriterGuard {
+    type Target = WriterSlot;
+    fn deref(&self) -> &WriterSlot {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for WriterGuard {
+    fn deref_mut(&mut self) -> &mut WriterSlot {
+        &mut self.guard
+    }
+}
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        // Runs before the field (the mutex guard) is dropped: the owner is
+        // cleared while the lock is still held.
+        self.owner.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
 
 impl std::fmt::Debug for WriteTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -630,12 +768,30 @@ impl std::fmt::Debug for WriteTransaction {
 
 impl WriteTransaction {
     /// Waits for the CF's writer lock and starts from its latest version.
+    /// `WouldDeadlock` if this thread already holds it.
     pub(crate) fn begin(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<WriteTransaction> {
-        shared.check_writable()?;
+        Self::begin_with(shared, cf, CfShared::lock_writer)
+    }
+
+    /// Starts a write transaction only if the CF's writer is free
+    /// (`WriterBusy` otherwise); never waits for another writer.
+    pub(crate) fn try_begin(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<WriteTransaction> {
+        Self::begin_with(shared, cf, CfShared::try_lock_writer)
+    }
+
+    fn begin_with(
+        shared: Arc<DbShared>,
+        cf: Arc<CfShared>,
+        lock: impl FnOnce(&CfShared) -> Result<WriterGuard>,
+    ) -> Result<WriteTransaction> {
+        shared.check_open()?;
         cf.check_live()?;
+        if cf.writer_held_here() {
+            return Err(cf.would_deadlock());
+        }
         shared.stall_if_dirty()?;
-        let lock = cf.writer.lock_arc();
-        shared.check_writable()?;
+        let lock = lock(&cf)?;
+        shared.check_open()?;
         cf.check_live()?;
         let log_max = shared.options.wal_record_max_bytes;
         let state = WriteState::new(shared.clone(), &cf, lock.head.clone(), Some(log_max));
@@ -643,6 +799,8 @@ impl WriteTransaction {
             shared: shared.clone(),
             cf,
             state: Mutex::new(state),
+            open_tables: Mutex::new(HashSet::new()),
+            callback_thread: std::sync::atomic::AtomicU64::new(0),
             durability: shared.options.durability,
             finished: false,
             lock: Some(lock),
@@ -659,8 +817,26 @@ impl WriteTransaction {
         self.durability
     }
 
-    pub(crate) fn state(&self) -> parking_lot::MutexGuard<'_, WriteState> {
-        self.state.lock()
+    /// The transaction's state; `WouldDeadlock` if this thread holds it
+    /// already (an `extract_if`/`retain` closure that uses the transaction).
+    pub(crate) fn state(&self) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
+        use std::sync::atomic::Ordering;
+        if self.callback_thread.load(Ordering::Acquire) == thread_token() {
+            return Err(Error::WouldDeadlock(
+                "an extract_if/retain closure used its own write transaction; collect what \
+                 it needs first, or use a read transaction"
+                    .into(),
+            ));
+        }
+        Ok(self.state.lock())
+    }
+
+    /// Marks user code running on this thread while it holds the state;
+    /// cleared when the returned guard is dropped.
+    pub(crate) fn callback_scope(&self) -> CallbackScope<'_> {
+        self.callback_thread
+            .store(thread_token(), std::sync::atomic::Ordering::Release);
+        CallbackScope(&self.callback_thread)
     }
 
     /// Opens (creating if needed) a table for reading and writing. Several
@@ -671,20 +847,25 @@ impl WriteTransaction {
     ) -> Result<Table<'txn, K, V>> {
         let name = def.name();
         check_table_name(name)?;
-        let mut st = self.state.lock();
-        if st.open.contains(name) {
+        let mut st = self.state()?;
+        let mut open = self.open_tables.lock();
+        if open.contains(name) {
             return Err(Error::TableAlreadyOpen(name.to_string()));
         }
         if !st.tables.contains_key(name) {
             let meta = match lookup_table(&st.pages, &st.catalog, name)? {
                 Some(meta) => meta,
-                None => self.create_table::<K, V>(&mut st, name)?,
+                None => {
+                    st.check_not_failed()?;
+                    self.create_table::<K, V>(&mut st, name)
+                        .map_err(|e| st.fail(e))?
+                }
             };
             st.tables
                 .insert(name.to_string(), TableState { meta, dirty: false });
         }
         check_types::<K, V>(name, &st.tables[name].meta)?;
-        st.open.insert(name.to_string());
+        open.insert(name.to_string());
         Ok(Table::new(self, name.to_string()))
     }
 
@@ -711,16 +892,23 @@ impl WriteTransaction {
 
     /// Called by a table handle when it is dropped.
     pub(crate) fn close_table(&self, name: &str) {
-        self.state.lock().open.remove(name);
+        self.open_tables.lock().remove(name);
+    }
+
+    fn check_closed(&self, names: &[&str]) -> Result<()> {
+        let open = self.open_tables.lock();
+        match names.iter().find(|n| open.contains(**n)) {
+            Some(n) => Err(Error::TableAlreadyOpen((*n).to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Deletes a table and frees its pages. `Ok(false)` if it did not exist.
     pub fn delete_table(&self, name: &str) -> Result<bool> {
         check_table_name(name)?;
-        let mut st = self.state.lock();
-        if st.open.contains(name) {
-            return Err(Error::TableAlreadyOpen(name.to_string()));
-        }
+        let mut st = self.state()?;
+        st.check_not_failed()?;
+        self.check_closed(&[name])?;
         let Some(meta) = st.table_meta(name)? else {
             return Ok(false);
         };
@@ -729,8 +917,9 @@ impl WriteTransaction {
             root: meta.root,
             len: meta.len,
         };
-        btree::clear(pages, &mut root)?;
-        btree::remove(pages, catalog, name.as_bytes())?;
+        let changed = btree::clear(pages, &mut root)
+            .and_then(|()| btree::remove(pages, catalog, name.as_bytes()));
+        changed.map_err(|e| st.fail(e))?;
         st.tables.remove(name);
         st.catalog_changed = true;
         st.log(&Op::DropTable { table: meta.id });
@@ -742,10 +931,9 @@ impl WriteTransaction {
     pub fn rename_table(&self, from: &str, to: &str) -> Result<()> {
         check_table_name(from)?;
         check_table_name(to)?;
-        let mut st = self.state.lock();
-        if st.open.contains(from) || st.open.contains(to) {
-            return Err(Error::TableAlreadyOpen(from.to_string()));
-        }
+        let mut st = self.state()?;
+        st.check_not_failed()?;
+        self.check_closed(&[from, to])?;
         let meta = st
             .table_meta(from)?
             .ok_or_else(|| Error::TableNotFound(from.to_string()))?;
@@ -754,8 +942,9 @@ impl WriteTransaction {
         }
         st.tables.remove(from);
         let WriteState { pages, catalog, .. } = &mut *st;
-        btree::remove(pages, catalog, from.as_bytes())?;
-        btree::insert(pages, catalog, to.as_bytes(), &meta.encode())?;
+        let changed = btree::remove(pages, catalog, from.as_bytes())
+            .and_then(|_| btree::insert(pages, catalog, to.as_bytes(), &meta.encode()));
+        changed.map_err(|e| st.fail(e))?;
         st.catalog_changed = true;
         st.log(&Op::RenameTable {
             table: meta.id,
@@ -766,34 +955,46 @@ impl WriteTransaction {
 
     /// Names of all tables (including ones created in this transaction).
     pub fn list_tables(&self) -> Result<Vec<String>> {
-        let st = self.state.lock();
+        let st = self.state()?;
         list_catalog(&st.pages, &st.catalog)
     }
 
     /// Commits: after `Ok`, the changes are durable per the durability mode
-    /// and visible to new snapshots, including this thread's.
+    /// and visible to new snapshots, including this thread's. After a
+    /// failed operation (`TransactionFailed`), with a table handle still
+    /// alive, or on any error, nothing is committed and every change is
+    /// discarded.
     pub fn commit(mut self) -> Result<()> {
         self.finished = true;
         let lock = self.lock.take().expect("writer lock held until commit");
-        let mut st = self.state.lock();
-        if !st.open.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "tables still open at commit: {:?}",
-                st.open
-            )));
+        let result = self.commit_with(lock);
+        if result.is_err() {
+            // A no-op once the pages were handed to the allocator.
+            self.state.get_mut().pages.rollback();
+        }
+        result
+    }
+
+    fn commit_with(&self, lock: WriterGuard) -> Result<()> {
+        let mut st = self.state()?;
+        st.check_not_failed()?;
+        {
+            let open = self.open_tables.lock();
+            if !open.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "tables still open at commit: {open:?}"
+                )));
+            }
         }
         st.flush_tables()?;
         if !st.catalog_changed && !st.pages.is_dirty() {
             // Nothing to log, but the state this transaction read must be
             // as durable as its mode promises.
             drop(lock);
+            self.shared.check_open()?;
             return self.shared.wait_durability(st.base.lsn, self.durability);
         }
-        let result = self.shared.commit(&self.cf, &mut st, lock, self.durability);
-        if result.is_err() {
-            st.pages.rollback();
-        }
-        result
+        self.shared.commit(&self.cf, &mut st, lock, self.durability)
     }
 
     /// Discards every change.
@@ -849,12 +1050,27 @@ impl MultiWriteTransaction {
         })
     }
 
-    fn txn_for(&self, cf: CfId, name: &str) -> Result<&WriteTransaction> {
-        self.txns.iter().find(|t| t.cf.id == cf).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "column family {name:?} is not part of this transaction"
-            ))
-        })
+    /// The part of this transaction for `cf`, which must be a handle of
+    /// this transaction's database (a same-numbered CF of another database
+    /// is `ForeignHandle`) and one of its CFs.
+    fn txn_for(&self, cf: &crate::db::ColumnFamily) -> Result<&WriteTransaction> {
+        let t = self
+            .txns
+            .iter()
+            .find(|t| t.cf.id == cf.id())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "column family {:?} is not part of this transaction",
+                    cf.name()
+                ))
+            })?;
+        if !Arc::ptr_eq(&t.cf, &cf.cf) {
+            return Err(Error::ForeignHandle(format!(
+                "column family {:?}",
+                cf.name()
+            )));
+        }
+        Ok(t)
     }
 
     /// Opens (creating if needed) a table of `cf`, which must be one of the
@@ -864,12 +1080,12 @@ impl MultiWriteTransaction {
         cf: &crate::db::ColumnFamily,
         def: TableDefinition<'_, K, V>,
     ) -> Result<Table<'txn, K, V>> {
-        self.txn_for(cf.id(), cf.name())?.open_table(def)
+        self.txn_for(cf)?.open_table(def)
     }
 
     /// Deletes a table of `cf`.
     pub fn delete_table(&self, cf: &crate::db::ColumnFamily, name: &str) -> Result<bool> {
-        self.txn_for(cf.id(), cf.name())?.delete_table(name)
+        self.txn_for(cf)?.delete_table(name)
     }
 
     /// Sets how durable `commit` makes the transaction.
@@ -886,9 +1102,19 @@ impl MultiWriteTransaction {
             let lock = t.lock.take().expect("writer lock held until commit");
             parts.push((t.cf.clone(), lock));
         }
-        let mut guards: Vec<_> = self.txns.iter().map(|t| t.state.lock()).collect();
-        for g in guards.iter_mut() {
-            g.flush_tables()?;
+        let mut guards = Vec::with_capacity(self.txns.len());
+        for t in &self.txns {
+            guards.push(t.state()?);
+        }
+        let flushed: Result<()> = guards.iter_mut().try_for_each(|g| {
+            g.check_not_failed()?;
+            g.flush_tables()
+        });
+        if let Err(e) = flushed {
+            for g in guards.iter_mut() {
+                g.pages.rollback();
+            }
+            return Err(e);
         }
         let mut states: Vec<&mut WriteState> = guards.iter_mut().map(|g| &mut **g).collect();
         let result = shared.commit_multi(&mut parts, &mut states, self.durability);

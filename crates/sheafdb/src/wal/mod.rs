@@ -82,7 +82,7 @@ pub use segment::{FIRST_LSN, HEADER_BLOCK_BYTES, MIN_SEGMENT_BYTES};
 use self::io::SegmentIo;
 use self::layout::{steps_end, Layout, PreparedFrame, Resume, SlotMeta, Step, UseMeta};
 use self::replay::{Recovered, ScannedSlot};
-use crate::error::{Error, Result};
+use crate::error::{Error, PoisonCause, Result};
 use crate::storage::{Storage, Vfs};
 use crate::types::Lsn;
 
@@ -169,7 +169,9 @@ struct State {
     /// End of the last record known durable.
     synced_lsn: Lsn,
     io_in_progress: bool,
-    poisoned: bool,
+    /// Set by a failed round: the first failure, returned to every later
+    /// call as `Error::Poisoned`.
+    poisoned: Option<PoisonCause>,
     /// Present whenever no round is in progress (the leader moves it out).
     io: Option<Box<SegmentIo>>,
     stats: WalStats,
@@ -229,7 +231,7 @@ pub fn open(
             written_lsn: next_lsn,
             synced_lsn: next_lsn,
             io_in_progress: false,
-            poisoned: false,
+            poisoned: None,
             io: Some(Box::new(io)),
             stats: WalStats::default(),
         }),
@@ -297,8 +299,8 @@ impl Wal {
         }
         let frame = PreparedFrame::new(payload);
         let mut st = self.state.lock();
-        if st.poisoned {
-            return Err(Error::Poisoned);
+        if let Some(cause) = &st.poisoned {
+            return Err(Error::Poisoned(cause.clone()));
         }
         let before = st.layout.next_lsn;
         let (lsn, end) = st.layout.push(frame).map_err(|_| {
@@ -386,7 +388,12 @@ impl Wal {
 
     /// True after a failed write or sync.
     pub fn is_poisoned(&self) -> bool {
-        self.state.lock().poisoned
+        self.state.lock().poisoned.is_some()
+    }
+
+    /// Why the WAL refuses work, if it does.
+    pub fn poison_cause(&self) -> Option<PoisonCause> {
+        self.state.lock().poisoned.clone()
     }
 
     /// Counters since open.
@@ -413,12 +420,16 @@ impl Wal {
     /// something is unsynced (`Durability::Eventual`). It holds only a weak
     /// reference, stops when the handle is dropped (joining it) or the WAL
     /// is gone, and exits after a failed sync (the WAL is then poisoned).
-    pub fn start_flusher(self: &Arc<Self>, interval: Duration) -> FlusherHandle {
+    pub fn start_flusher(
+        self: &Arc<Self>,
+        interval: Duration,
+        on_error: OnFlushError,
+    ) -> FlusherHandle {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let wal = Arc::downgrade(self);
         let thread = std::thread::Builder::new()
             .name("sheafdb-wal-flusher".to_owned())
-            .spawn(move || flusher_loop(&wal, &stop_rx, interval))
+            .spawn(move || flusher_loop(&wal, &stop_rx, interval, &*on_error))
             .expect("spawn WAL flusher thread");
         FlusherHandle {
             stop: Some(stop_tx),
@@ -430,8 +441,8 @@ impl Wal {
     fn wait_for(&self, end: Lsn, need: Need) -> Result<()> {
         let mut st = self.state.lock();
         loop {
-            if st.poisoned {
-                return Err(Error::Poisoned);
+            if let Some(cause) = &st.poisoned {
+                return Err(Error::Poisoned(cause.clone()));
             }
             if end > st.layout.next_lsn {
                 return Err(Error::InvalidArgument(format!(
@@ -469,14 +480,18 @@ impl Wal {
         let result = match outcome {
             Ok(result) => result,
             Err(payload) => {
-                st.poisoned = true;
+                st.poisoned
+                    .get_or_insert_with(|| PoisonCause::new("a panic during a WAL write or sync"));
                 self.round_done.notify_all();
                 panic::resume_unwind(payload);
             }
         };
         match &result {
             Ok(wrote) => st.finish_round(end, need, *wrote),
-            Err(_) => st.poisoned = true,
+            Err(e) => {
+                let cause = PoisonCause::io("WAL write or sync failed", e);
+                st.poisoned.get_or_insert(cause);
+            }
         }
         self.round_done.notify_all();
         result.map(|_| ()).map_err(Error::Io)
@@ -532,15 +547,26 @@ impl Drop for FlusherHandle {
     }
 }
 
-fn flusher_loop(wal: &Weak<Wal>, stop: &mpsc::Receiver<()>, interval: Duration) {
+/// Told about a failed background sync (the WAL is poisoned by then).
+pub type OnFlushError = Box<dyn Fn(&Error) + Send>;
+
+fn flusher_loop(
+    wal: &Weak<Wal>,
+    stop: &mpsc::Receiver<()>,
+    interval: Duration,
+    on_error: &dyn Fn(&Error),
+) {
     loop {
         match stop.recv_timeout(interval) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
         let Some(wal) = wal.upgrade() else { return };
-        if wal.has_unsynced() && wal.sync().is_err() {
-            return;
+        if wal.has_unsynced() {
+            if let Err(e) = wal.sync() {
+                on_error(&e);
+                return;
+            }
         }
     }
 }

@@ -626,7 +626,7 @@ fn poison_workload(sim: &SimVfs, ctx: &str) -> Outcome {
         Ok(()) => assert!(!out.first_error_seen, "{ctx}: success after an error"),
         Err(e) => {
             if out.first_error_seen {
-                assert!(matches!(e, Error::Poisoned), "{ctx}: later error {e:?}");
+                assert!(matches!(e, Error::Poisoned(_)), "{ctx}: later error {e:?}");
             } else {
                 assert!(matches!(e, Error::Io(_)), "{ctx}: first error {e:?}");
                 out.first_error_seen = true;
@@ -650,7 +650,7 @@ fn poison_workload(sim: &SimVfs, ctx: &str) -> Outcome {
                 check(r, &mut out, &wal);
             }
             Err(e) => {
-                assert!(matches!(e, Error::Poisoned), "{ctx}: append error {e:?}");
+                assert!(matches!(e, Error::Poisoned(_)), "{ctx}: append error {e:?}");
                 assert!(out.first_error_seen, "{ctx}");
             }
         }
@@ -716,7 +716,7 @@ fn dead_disk_poisons_every_thread_without_hanging() {
                                     io_errors.fetch_add(1, Ordering::SeqCst);
                                     failed = true;
                                 }
-                                Err(Error::Poisoned) => failed = true,
+                                Err(Error::Poisoned(_)) => failed = true,
                                 Err(e) => panic!("unexpected {e:?}"),
                             }
                         }
@@ -735,8 +735,8 @@ fn dead_disk_poisons_every_thread_without_hanging() {
                 1,
                 "only the leader sees Io"
             );
-            assert!(matches!(wal.append(b"late"), Err(Error::Poisoned)));
-            assert!(matches!(wal.sync(), Err(Error::Poisoned)));
+            assert!(matches!(wal.append(b"late"), Err(Error::Poisoned(_))));
+            assert!(matches!(wal.sync(), Err(Error::Poisoned(_))));
         });
     }
 }
@@ -935,7 +935,7 @@ fn abandoned_and_mis_sized_segments_are_reused() {
 fn flusher_syncs_eventual_commits_and_stops_on_drop() {
     let (wal, _, _) = open_collect(Arc::new(MemVfs::new()), SEG, Lsn(0));
     let wal = Arc::new(wal);
-    let handle = wal.start_flusher(Duration::from_millis(2));
+    let handle = wal.start_flusher(Duration::from_millis(2), Box::new(|_| {}));
     let (_, end) = wal.append(b"eventual").unwrap();
     wal.wait_written(end).unwrap();
     let start = Instant::now();
@@ -951,7 +951,7 @@ fn flusher_syncs_eventual_commits_and_stops_on_drop() {
     assert!(t.elapsed() < Duration::from_secs(5));
 
     // The flusher does not keep the WAL alive, and exits once it is gone.
-    let handle = wal.start_flusher(Duration::from_millis(1));
+    let handle = wal.start_flusher(Duration::from_millis(1), Box::new(|_| {}));
     let weak = Arc::downgrade(&wal);
     drop(wal);
     thread::sleep(Duration::from_millis(20));
