@@ -167,6 +167,10 @@ pub enum Error {
     WriterBusy(String),
     /// A handle (column family) of another open database was passed.
     ForeignHandle(String),
+    /// The WAL beside the data file belongs to another database (or to
+    /// a newer state of this one than the data file holds): nothing was
+    /// changed.
+    WalMismatch(String),
     /// A write was attempted through a read-only handle.
     ReadOnly,
     /// An argument was invalid (bad page size, bad name, ...).
@@ -256,6 +260,9 @@ impl fmt::Display for Error {
             }
             Error::ForeignHandle(what) => {
                 write!(f, "{what} belongs to another open database")
+            }
+            Error::WalMismatch(what) => {
+                write!(f, "the WAL does not belong to this data file: {what}")
             }
             Error::ReadOnly => f.write_str("database is read-only"),
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),

@@ -58,8 +58,13 @@ thread_local! {
     static FILES: std::cell::RefCell<Files> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// `WalMismatch`: a data file cut to nothing (or to a foreign shape)
+/// beside its WAL is refused rather than recreated over the WAL.
 fn acceptable(e: &Error) -> bool {
-    matches!(e, Error::Corrupted { .. } | Error::NotADatabase(_))
+    matches!(
+        e,
+        Error::Corrupted { .. } | Error::NotADatabase(_) | Error::WalMismatch(_)
+    )
 }
 
 fn check_flip(image: &[u8], pos: usize, xor: u8, model: &Model, previous: &Model) {

@@ -228,6 +228,10 @@ impl DbShared {
             .filter_map(|(_, d)| d.as_ref().map(|d| d.checkpoint_lsn))
             .fold(replay_lsn, Lsn::max);
         self.wal_durable_through(named)?;
+        let written_pages = all
+            .iter()
+            .map(|(id, p)| id.0 + (p.len() / self.pager.page_size()) as u64)
+            .fold(sys.written_pages, u64::max);
         let sb = Superblock {
             page_size: self.pager.page_size() as u32,
             generation: sys.generation + 1,
@@ -239,6 +243,8 @@ impl DbShared {
             file_pages: meta.3,
             next_cf: CfId(self.next_cf.load(Ordering::Acquire)),
             replay_lsn,
+            db_id: sys.db_id,
+            written_pages,
         };
         let slot = 1 - sys.slot;
         let offset = slot as u64 * self.pager.page_size() as u64;
@@ -246,10 +252,14 @@ impl DbShared {
         self.pager.sync()?;
         // The new base is durable.
         sys.generation += 1;
+        if let Some(wal) = self.wal_if_open() {
+            wal.set_generation(sys.generation);
+        }
         sys.slot = slot;
         sys.root = root;
         sys.meta_run = Some((meta.0, meta.1));
         sys.replay_lsn = replay_lsn;
+        sys.written_pages = written_pages;
         let mut alloc = sys.alloc.lock();
         let allocated: Vec<(PageId, u32)> = sp
             .private_runs()

@@ -64,6 +64,11 @@ pub(crate) struct SysState {
     /// WAL position replay starts from (every CF's base covers what is
     /// below it).
     pub replay_lsn: Lsn,
+    /// The database's random identity (superblock and WAL headers).
+    pub db_id: u64,
+    /// One past the highest page any checkpoint wrote: the data file is
+    /// at least this long, or it was truncated.
+    pub written_pages: u64,
 }
 
 /// Tunables fixed when the database is opened.
@@ -224,6 +229,11 @@ impl DbShared {
         self.wal
             .get()
             .expect("the WAL is opened before the database is used")
+    }
+
+    /// The WAL, unless the database is still being created or opened.
+    pub fn wal_if_open(&self) -> Option<&Arc<Wal>> {
+        self.wal.get()
     }
 
     /// Makes the WAL durable through `lsn`, which a superblock about to be

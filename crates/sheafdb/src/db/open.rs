@@ -17,7 +17,7 @@ use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Location, Result};
 use crate::format::page::{PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::records::{decode_cf_key, CfDescriptor, MetaBlob};
-use crate::format::superblock::{valid_page_size, Superblock, SLOT_LEN};
+use crate::format::superblock::{fresh_db_id, valid_page_size, Slot, Superblock, SLOT_LEN};
 use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy, ReclaimBatch};
 use crate::pager::Pager;
 use crate::storage::{OpenMode, Storage, Vfs};
@@ -46,6 +46,10 @@ pub(super) fn open(
     } else {
         OpenMode::Existing
     };
+    if create && !vfs.exists(name)? {
+        // Before the file exists: a refused create leaves nothing behind.
+        refuse_orphan_wal(&*vfs, name)?;
+    }
     let storage = vfs.open(name, mode)?;
     let lock = vfs.lock(name).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => Error::DatabaseAlreadyOpen,
@@ -56,9 +60,27 @@ pub(super) fn open(
     // relies on it (recycling WAL segments below the replay start, say).
     make_durable(&*vfs, &*storage)?;
     let shared = match read_superblock(&*storage)? {
-        Some(sb) => open_existing(opts, storage, lock, sb)?,
-        None if create => create_new(opts, storage, lock)?,
-        None => return Err(Error::NotADatabase(format!("{name} holds no superblock"))),
+        Found::Database(sb) => open_existing(opts, storage, lock, sb)?,
+        Found::Nothing | Found::Unfinished if create => {
+            refuse_orphan_wal(&*vfs, name)?;
+            create_new(opts, storage, lock)?
+        }
+        Found::Nothing => {
+            return Err(Error::NotADatabase(format!(
+                "{name} is empty (create it with Database::create)"
+            )))
+        }
+        Found::Unfinished => {
+            return Err(Error::NotADatabase(format!(
+                "{name}: its creation never finished (Database::create starts it over)"
+            )))
+        }
+        Found::Foreign(why) if create => {
+            return Err(Error::NotADatabase(format!(
+                "{name} exists and is not a sheafdb database ({why}); refusing to overwrite it"
+            )))
+        }
+        Found::Foreign(why) => return Err(Error::NotADatabase(format!("{name}: {why}"))),
     };
     open_wal(&shared, vfs, name)?;
     shared.start_threads();
@@ -127,41 +149,65 @@ fn wal_options_for(shared: &DbShared) -> WalOptions {
     w.max_record_bytes = w
         .max_record_bytes
         .min(shared.options.wal_record_max_bytes as u64);
+    let sys = shared.sys.lock();
+    w.db_id = sys.db_id;
+    w.generation = sys.generation;
     w
 }
 
+/// What the first pages of a data file hold.
+enum Found {
+    /// A valid superblock (the higher generation of the two slots).
+    Database(Superblock),
+    /// Nothing: an empty file (or the zeros a torn creation marker may
+    /// leave: at most one zero-filled slot).
+    Nothing,
+    /// Only a creation marker: `create` never finished.
+    Unfinished,
+    /// Not a sheafdb file (no magic anywhere, or non-zero bytes with no
+    /// slot): the reason.
+    Foreign(String),
+}
+
 /// Reads both slots; the valid one with the higher generation wins.
-/// `Ok(None)` if the file has never had a superblock written (empty or
-/// both slots zero).
-fn read_superblock(storage: &dyn Storage) -> Result<Option<Superblock>> {
+fn read_superblock(storage: &dyn Storage) -> Result<Found> {
     let len = storage.len()?;
     if len == 0 {
-        return Ok(None);
+        return Ok(Found::Nothing);
+    }
+    if len < SLOT_LEN as u64 {
+        let mut head = vec![0u8; len as usize];
+        storage.read_at(0, &mut head)?;
+        return Ok(if head.iter().all(|&b| b == 0) {
+            Found::Nothing
+        } else {
+            Found::Foreign(format!("{len} bytes, shorter than a superblock"))
+        });
     }
     let slot0 = read_slot(storage, 0, len)?;
-    let s0 = slot0.as_deref().map(|b| Superblock::decode(b, 0));
+    let s0 = slot0.as_deref().map(|b| Superblock::decode_slot(b, 0));
     // Slot 1 sits one page in; the page size comes from slot 0 when it is
     // valid, otherwise every legal size is tried.
     let sizes: Vec<usize> = match &s0 {
-        Some(Ok(Some(sb))) => vec![sb.page_size as usize],
+        Some(Ok(Slot::Written(sb))) => vec![sb.page_size as usize],
         _ => (12..=16).map(|s| 1usize << s).collect(),
     };
     let mut s1 = None;
     for ps in sizes {
         if let Some(b) = read_slot(storage, ps as u64, len)? {
-            match Superblock::decode(&b, 1) {
-                Ok(Some(sb)) if sb.page_size as usize == ps => {
-                    s1 = Some(Ok(Some(sb)));
+            match Superblock::decode_slot(&b, 1) {
+                Ok(Slot::Written(sb)) if sb.page_size as usize == ps => {
+                    s1 = Some(Ok(Slot::Written(sb)));
                     break;
                 }
-                Ok(Some(_)) => {}
+                Ok(Slot::Written(_)) => {}
                 other => {
                     s1.get_or_insert(other);
                 }
             }
         }
     }
-    pick_slot(s0, s1)
+    pick_slot(s0, s1, len)
 }
 
 fn read_slot(storage: &dyn Storage, offset: u64, len: u64) -> Result<Option<Vec<u8>>> {
@@ -173,33 +219,67 @@ fn read_slot(storage: &dyn Storage, offset: u64, len: u64) -> Result<Option<Vec<
     Ok(Some(b))
 }
 
-type SlotRead = Option<Result<Option<Superblock>>>;
+type SlotRead = Option<Result<Slot>>;
 
-fn pick_slot(s0: SlotRead, s1: SlotRead) -> Result<Option<Superblock>> {
-    let mut valid = Vec::new();
-    let mut first_err = None;
-    let mut any_written = false;
+/// The valid superblock with the higher generation; otherwise what the
+/// slots say: a damaged sheafdb slot (`Corrupted`) wins over a foreign one.
+fn pick_slot(s0: SlotRead, s1: SlotRead, len: u64) -> Result<Found> {
+    let mut best: Option<Superblock> = None;
+    let (mut corrupted, mut foreign, mut creating) = (None, None, false);
     for s in [s0, s1].into_iter().flatten() {
         match s {
-            Ok(Some(sb)) => {
-                any_written = true;
-                valid.push(sb);
+            Ok(Slot::Written(sb)) => {
+                if best.is_none_or(|b| sb.generation > b.generation) {
+                    best = Some(sb);
+                }
             }
-            Ok(None) => {}
+            Ok(Slot::Creating { .. }) => creating = true,
+            Ok(Slot::Empty) => {}
+            Err(e @ Error::NotADatabase(_)) => {
+                foreign.get_or_insert(e);
+            }
             Err(e) => {
-                any_written = true;
-                first_err.get_or_insert(e);
+                corrupted.get_or_insert(e);
             }
         }
     }
-    if let Some(sb) = valid.into_iter().max_by_key(|sb| sb.generation) {
-        return Ok(Some(sb));
+    if let Some(sb) = best {
+        return Ok(Found::Database(sb));
     }
-    match first_err {
-        Some(e) => Err(e),
-        None if !any_written => Ok(None),
-        None => unreachable!("a written slot is valid or an error"),
+    if let Some(e) = corrupted {
+        return Err(e);
     }
+    if creating {
+        return Ok(Found::Unfinished);
+    }
+    if let Some(e) = foreign {
+        return Ok(Found::Foreign(e.to_string()));
+    }
+    // Both slots zero: a torn creation marker leaves at most one slot of
+    // zeros; a longer zero-filled file is someone else's.
+    if len <= SLOT_LEN as u64 {
+        Ok(Found::Nothing)
+    } else {
+        Ok(Found::Foreign(format!("{len} bytes with no superblock")))
+    }
+}
+
+/// Issue 9 point 7: a new database never adopts an existing WAL. Segment
+/// files beside a file being created belong to a database whose data
+/// file is gone; they may hold its only copy of some commits.
+fn refuse_orphan_wal(vfs: &dyn Vfs, name: &str) -> Result<()> {
+    let orphans: Vec<String> = vfs
+        .list()?
+        .into_iter()
+        .filter(|f| wal::is_segment_of(name, f))
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    Err(Error::WalMismatch(format!(
+        "{orphans:?} exist but {name} holds no database: refusing to create a new database \
+         over another one's WAL (move the segments away if they are not needed)"
+    )))
 }
 
 fn user_policy(opts: &Builder, page_size: usize) -> ExtentPolicy {
@@ -271,7 +351,12 @@ fn create_new(
     lock: Box<dyn crate::storage::LockGuard>,
 ) -> Result<Arc<DbShared>> {
     let ps = opts.page_size;
+    let db_id = fresh_db_id();
+    // The creation marker first (durably): a crash before the first
+    // superblock leaves a file `create` may start over on.
     storage.set_len(0)?;
+    storage.write_at(0, &Superblock::encode_creating(ps as u32, db_id))?;
+    storage.sync_data()?;
     let sys_alloc = CfAllocator::new(CfId::SYSTEM, SYS_EXTENT_POLICY, vec![], &[])?;
     let sys = SysState {
         generation: 0,
@@ -281,6 +366,8 @@ fn create_new(
         meta_run: None,
         next_cf: CfId(CfId::DEFAULT.0 + 1),
         replay_lsn: FIRST_LSN,
+        db_id,
+        written_pages: 2,
     };
     let shared = new_shared(opts, storage, lock, ps, ExtentMap::new(2), sys)?;
     let desc = CfDescriptor {
@@ -309,7 +396,10 @@ fn open_existing(
     sb: Superblock,
 ) -> Result<Arc<DbShared>> {
     let ps = sb.page_size as usize;
-    let meta_page = sb.meta_page.expect("checked by Superblock::decode");
+    check_not_truncated(&*storage, &sb)?;
+    let meta_page = sb
+        .meta_page
+        .ok_or_else(|| Error::corrupted("no metadata blob", "superblock"))?;
     // Read the blob before the cache exists: verified, not cached.
     let probe = Pager::new(storage.clone(), ps, 0);
     let run = probe.read_uncached(meta_page, sb.meta_npages, Some(CfId::SYSTEM))?;
@@ -349,6 +439,8 @@ fn open_existing(
         meta_run: Some((meta_page, sb.meta_npages)),
         next_cf: sb.next_cf,
         replay_lsn: sb.replay_lsn,
+        db_id: sb.db_id,
+        written_pages: sb.written_pages,
     };
     let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
     load_cfs(&shared)?;
@@ -359,6 +451,24 @@ fn open_existing(
         ));
     }
     Ok(shared)
+}
+
+/// Issue 9 point 8: every page a checkpoint wrote must still be in the
+/// file. (The recorded file length also counts extent space never written,
+/// so it cannot tell a truncated file from a sparse one.) This also bounds
+/// every run the superblock names before anything is allocated for it.
+fn check_not_truncated(storage: &dyn Storage, sb: &Superblock) -> Result<()> {
+    let len = storage.len()?;
+    let need = sb.written_pages.saturating_mul(u64::from(sb.page_size));
+    if len < need {
+        return Err(Error::Corrupted {
+            what: format!(
+                "the data file is {len} bytes but its checkpoints wrote {need}: it was truncated"
+            ),
+            location: Location::Other("data file length".into()),
+        });
+    }
+    Ok(())
 }
 
 /// Which slot holds `sb` (the other one is written next).

@@ -14,4 +14,4 @@ pub mod records;
 pub mod superblock;
 
 /// Version of the on-disk format written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;

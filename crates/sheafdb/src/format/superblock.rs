@@ -19,8 +19,18 @@
 //! | 56  | 8 | file length in pages (high-water mark of all extents) |
 //! | 64  | 8 | next column family id |
 //! | 72  | 8 | WAL replay start LSN (every CF's base covers the log below it) |
-//! | 80  | 428 | reserved, zero |
+//! | 80  | 8 | database identity (random, fixed at creation; every WAL segment header carries it) |
+//! | 88  | 8 | written pages: one past the highest page any checkpoint wrote (the file is at least this long) |
+//! | 96  | 412 | reserved, zero |
 //! | 508 | 4 | crc32c of bytes 0..508 |
+//!
+//! The magic is checked before the checksum, so a file that is not a
+//! sheafdb database gets `NotADatabase`, a damaged one `Corrupted`.
+//!
+//! While a database is being created, slot 0 first holds a *creation
+//! marker* (magic, version, page size, generation 0, identity, everything
+//! else zero, valid crc). A file whose only valid slot is the marker was
+//! never finished: `create` may start over on it, `open` refuses it.
 
 use crate::error::{Error, Location, Result};
 use crate::format::page::{read_u32, read_u64, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
@@ -55,6 +65,24 @@ pub struct Superblock {
     pub next_cf: CfId,
     /// WAL position recovery replays from.
     pub replay_lsn: Lsn,
+    /// Random identity of the database (also in every WAL segment header).
+    pub db_id: u64,
+    /// One past the highest page any checkpoint wrote.
+    pub written_pages: u64,
+}
+
+/// What a slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// All zero: never written.
+    Empty,
+    /// The creation marker of a database whose creation never finished.
+    Creating {
+        /// Identity the creation chose.
+        db_id: u64,
+    },
+    /// A superblock.
+    Written(Superblock),
 }
 
 fn opt_page(v: u64) -> Option<PageId> {
@@ -77,13 +105,36 @@ impl Superblock {
         b[56..64].copy_from_slice(&self.file_pages.to_le_bytes());
         b[64..72].copy_from_slice(&self.next_cf.0.to_le_bytes());
         b[72..80].copy_from_slice(&self.replay_lsn.0.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..508]);
-        b[508..512].copy_from_slice(&crc.to_le_bytes());
+        b[80..88].copy_from_slice(&self.db_id.to_le_bytes());
+        b[88..96].copy_from_slice(&self.written_pages.to_le_bytes());
+        seal(&mut b);
         b
     }
 
-    /// Decodes slot `slot`. `Ok(None)` for an all-zero slot (never written).
+    /// The creation marker for a database of `page_size` and `db_id`.
+    pub fn encode_creating(page_size: u32, db_id: u64) -> [u8; SLOT_LEN] {
+        let mut b = [0u8; SLOT_LEN];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&page_size.to_le_bytes());
+        b[80..88].copy_from_slice(&db_id.to_le_bytes());
+        seal(&mut b);
+        b
+    }
+
+    /// Decodes slot `slot` as a superblock; `Ok(None)` for an empty slot
+    /// or a creation marker.
     pub fn decode(b: &[u8], slot: u8) -> Result<Option<Superblock>> {
+        Ok(match Self::decode_slot(b, slot)? {
+            Slot::Written(sb) => Some(sb),
+            Slot::Empty | Slot::Creating { .. } => None,
+        })
+    }
+
+    /// Decodes slot `slot`: empty, a creation marker, or a superblock.
+    /// `NotADatabase` if the magic is wrong (checked first), `Corrupted`
+    /// for a damaged slot.
+    pub fn decode_slot(b: &[u8], slot: u8) -> Result<Slot> {
         let bad = |what: &str| Error::Corrupted {
             what: what.to_string(),
             location: Location::Superblock(slot),
@@ -92,13 +143,15 @@ impl Superblock {
             return Err(bad("slot truncated"));
         }
         if b[..SLOT_LEN].iter().all(|&x| x == 0) {
-            return Ok(None);
+            return Ok(Slot::Empty);
+        }
+        if b[0..8] != MAGIC {
+            return Err(Error::NotADatabase(format!(
+                "superblock slot {slot}: bad magic"
+            )));
         }
         if read_u32(b, 508) != crc32c::crc32c(&b[..508]) {
             return Err(bad("checksum mismatch"));
-        }
-        if b[0..8] != MAGIC {
-            return Err(Error::NotADatabase("bad magic".into()));
         }
         let version = read_u32(b, 8);
         if version != FORMAT_VERSION {
@@ -121,9 +174,14 @@ impl Superblock {
             file_pages: read_u64(b, 56),
             next_cf: CfId(read_u64(b, 64)),
             replay_lsn: Lsn(read_u64(b, 72)),
+            db_id: read_u64(b, 80),
+            written_pages: read_u64(b, 88),
         };
+        if sb.generation == 0 && b[16..80].iter().all(|&x| x == 0) && sb.written_pages == 0 {
+            return Ok(Slot::Creating { db_id: sb.db_id });
+        }
         sb.check(slot)?;
-        Ok(Some(sb))
+        Ok(Slot::Written(sb))
     }
 
     fn check(&self, slot: u8) -> Result<()> {
@@ -141,7 +199,46 @@ impl Superblock {
         if self.file_pages < 2 {
             return Err(bad("file length too small"));
         }
+        if self.written_pages < 2 || self.written_pages > self.file_pages {
+            return Err(bad("written pages outside the file"));
+        }
+        let meta_end = self
+            .meta_page
+            .map_or(0, |p| p.0.saturating_add(u64::from(self.meta_npages)));
+        if self.meta_npages == 0 || meta_end > self.written_pages {
+            return Err(bad("metadata blob outside the written file"));
+        }
+        if self.db_id == 0 {
+            return Err(bad("no database identity"));
+        }
         Ok(())
+    }
+}
+
+/// Sets the crc of a slot image.
+fn seal(b: &mut [u8; SLOT_LEN]) {
+    let crc = crc32c::crc32c(&b[..508]);
+    b[508..512].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A fresh random database identity (never 0): 64 bits from the OS
+/// random source through std's randomly keyed hasher, mixed with the time
+/// and process id, so two databases created anywhere differ.
+pub fn fresh_db_id() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    use std::time::{SystemTime, UNIX_EPOCH};
+    loop {
+        let mut h = RandomState::new().build_hasher();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        let id = h.finish();
+        if id != 0 {
+            return id;
+        }
     }
 }
 
@@ -166,6 +263,8 @@ mod tests {
             file_pages: 300,
             next_cf: CfId(5),
             replay_lsn: Lsn(0),
+            db_id: 0xABCD,
+            written_pages: 13,
         }
     }
 
@@ -173,6 +272,29 @@ mod tests {
     fn round_trip() {
         let sb = sample();
         assert_eq!(Superblock::decode(&sb.encode(), 0).unwrap(), Some(sb));
+    }
+
+    #[test]
+    fn creation_marker_is_not_a_superblock() {
+        let b = Superblock::encode_creating(4096, 77);
+        assert_eq!(
+            Superblock::decode_slot(&b, 0).unwrap(),
+            Slot::Creating { db_id: 77 }
+        );
+        assert_eq!(Superblock::decode(&b, 0).unwrap(), None);
+    }
+
+    #[test]
+    fn foreign_bytes_are_not_a_database() {
+        let mut sqlite = [0u8; 512];
+        sqlite[..16].copy_from_slice(b"SQLite format 3\0");
+        let e = Superblock::decode(&sqlite, 0).unwrap_err();
+        assert!(matches!(e, Error::NotADatabase(_)), "{e}");
+        let text = [b'x'; 512];
+        assert!(matches!(
+            Superblock::decode(&text, 0),
+            Err(Error::NotADatabase(_))
+        ));
     }
 
     #[test]

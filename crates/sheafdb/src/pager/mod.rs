@@ -87,6 +87,17 @@ impl Pager {
             ));
         }
         let len = npages as usize * self.page_size;
+        // A multi-page run's length comes from a page or a record: bound it
+        // by the file before allocating (one page is always small).
+        if npages > 1 {
+            let end = id.offset(self.page_size).saturating_add(len as u64);
+            if end > self.storage.len()? {
+                return Err(Error::corrupted_page(
+                    id,
+                    format!("run of {npages} pages passes the end of the file"),
+                ));
+            }
+        }
         let mut buf = vec![0u8; len];
         self.storage
             .read_at(id.offset(self.page_size), &mut buf)

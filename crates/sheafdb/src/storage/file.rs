@@ -85,8 +85,14 @@ fn open_options(mode: OpenMode) -> OpenOptions {
 
 impl Vfs for FsVfs {
     fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>> {
-        let file = open_options(mode).open(self.path(name)?)?;
-        Ok(Arc::new(FileStorage::new(file)))
+        let path = self.path(name)?;
+        let file = open_options(mode)
+            .open(&path)
+            .map_err(|e| with_path(&path.display().to_string(), e))?;
+        Ok(Arc::new(FileStorage::named(
+            file,
+            path.display().to_string(),
+        )))
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {
@@ -138,42 +144,59 @@ struct FileLock {
 
 impl LockGuard for FileLock {}
 
+/// The same error, its message prefixed with the file it concerns (the
+/// kind is kept, so callers can still tell a full disk from a bad sector).
+fn with_path(path: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{path}: {e}"))
+}
+
 /// One open real file.
 #[derive(Debug)]
 pub struct FileStorage {
     file: File,
+    /// Path shown in its I/O errors.
+    path: String,
 }
 
 impl FileStorage {
     /// Wraps an already open file (which must be readable and writable).
     pub fn new(file: File) -> FileStorage {
-        FileStorage { file }
+        FileStorage::named(file, "(unnamed file)".to_string())
+    }
+
+    /// Wraps an open file whose errors name `path`.
+    pub fn named(file: File, path: String) -> FileStorage {
+        FileStorage { file, path }
+    }
+
+    fn name<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        r.map_err(|e| with_path(&self.path, e))
     }
 }
 
 impl Storage for FileStorage {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file.read_exact_at(buf, offset)
+        self.name(self.file.read_exact_at(buf, offset))
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, offset)
+        self.name(self.file.write_all_at(data, offset))
     }
 
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        pwritev_all(&self.file, offset, bufs)
+        self.name(pwritev_all(&self.file, offset, bufs))
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+        self.name(self.file.sync_data())
     }
 
     fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
+        self.name(self.file.metadata().map(|m| m.len()))
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)
+        self.name(self.file.set_len(len))
     }
 }
 
@@ -260,6 +283,26 @@ mod tests {
             dirs.lock().unwrap().push(d);
             Box::new(vfs)
         });
+    }
+
+    #[test]
+    fn io_errors_name_the_file() {
+        let (d, v) = vfs();
+        let err = match v.open("missing", OpenMode::Existing) {
+            Err(e) => e,
+            Ok(_) => panic!("opened a missing file"),
+        };
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("missing"), "{err}");
+        let f = v.open("f", OpenMode::OpenOrCreate).unwrap();
+        let mut buf = [0u8; 10];
+        let err = f.read_at(100, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&d.path().join("f").display().to_string()),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -145,6 +145,10 @@ pub(crate) struct Layout {
     open: Option<OpenUse>,
     slots: Vec<SlotMeta>,
     next_seq: u64,
+    /// Identity written into every new use's header.
+    db_id: u64,
+    /// Superblock generation written into every new use's header.
+    pub generation: u64,
     /// Salt of the use the next one continues (0: none).
     prev_salt: u64,
     pending: Vec<Step>,
@@ -161,6 +165,8 @@ pub(crate) struct Resume {
     pub released_lsn: Lsn,
     pub next_seq: u64,
     pub prev_salt: u64,
+    pub db_id: u64,
+    pub generation: u64,
 }
 
 impl Layout {
@@ -175,6 +181,8 @@ impl Layout {
             open: None,
             slots: r.slots,
             next_seq: r.next_seq,
+            db_id: r.db_id,
+            generation: r.generation,
             prev_salt: r.prev_salt,
             pending: Vec::new(),
             switches: SwitchCounts::default(),
@@ -310,6 +318,8 @@ impl Layout {
             prev_salt: self.prev_salt,
             start_lsn: start,
             segment_bytes: self.segment_bytes,
+            db_id: self.db_id,
+            generation: self.generation,
         };
         let meta = &mut self.slots[slot];
         if meta.exists {
@@ -416,6 +426,8 @@ mod tests {
                 released_lsn: Lsn(0),
                 next_seq: 1,
                 prev_salt: 0,
+                db_id: 0,
+                generation: 0,
             },
         )
     }
@@ -512,6 +524,8 @@ mod tests {
                 released_lsn: Lsn(0),
                 next_seq: 1,
                 prev_salt: 0,
+                db_id: 0,
+                generation: 0,
             },
         );
         l2.push(PreparedFrame::new(b"a")).unwrap();

@@ -79,6 +79,11 @@ pub use record::{decode_commit, encode_commit, CfPart, CommitEncoder, Op};
 pub use replay::ReplaySummary;
 pub use segment::{FIRST_LSN, HEADER_BLOCK_BYTES, MIN_SEGMENT_BYTES};
 
+/// True if `file` is a WAL segment file of the database file `db_name`.
+pub fn is_segment_of(db_name: &str, file: &str) -> bool {
+    segment::parse_segment_name(db_name, file).is_some()
+}
+
 use self::io::SegmentIo;
 use self::layout::{steps_end, Layout, PreparedFrame, Resume, SlotMeta, Step, UseMeta};
 use self::replay::{Recovered, ScannedSlot};
@@ -96,6 +101,13 @@ pub struct WalOptions {
     /// HEADER_BLOCK_BYTES - FRAME_HEADER_BYTES` (a frame fits in one
     /// segment). Larger commits must be made durable another way.
     pub max_record_bytes: u64,
+    /// Identity of the database the WAL belongs to: written into every
+    /// segment header; open refuses segments with another one.
+    pub db_id: u64,
+    /// Generation of the durable superblock: written into new segment
+    /// headers; open refuses segments begun under a later generation
+    /// (the data file is older than its WAL).
+    pub generation: u64,
 }
 
 impl WalOptions {
@@ -106,6 +118,8 @@ impl WalOptions {
             segment_bytes,
             max_record_bytes: segment_bytes
                 .saturating_sub(HEADER_BLOCK_BYTES + FRAME_HEADER_BYTES as u64),
+            db_id: 0,
+            generation: 0,
         }
     }
 
@@ -217,8 +231,9 @@ pub fn open(
 ) -> Result<(Wal, ReplaySummary)> {
     opts.validate()?;
     let scanned = replay::scan_segments(&*vfs, name)?;
+    replay::check_identity(&scanned, name, opts.db_id, opts.generation)?;
     let recovered = replay::replay(&scanned, name, from, apply)?;
-    let resume = resume_after(&scanned, &recovered, opts.segment_bytes, from);
+    let resume = resume_after(&scanned, &recovered, &opts, from);
     let next_lsn = resume.next_lsn;
     let mut files: Vec<Option<Arc<dyn Storage>>> = vec![None; resume.slots.len()];
     for s in &scanned {
@@ -243,7 +258,8 @@ pub fn open(
 
 /// How the writer continues after replay: which slots hold kept uses, and
 /// where (and linked to what) the next use starts.
-fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, segment_bytes: u64, from: Lsn) -> Resume {
+fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, opts: &WalOptions, from: Lsn) -> Resume {
+    let segment_bytes = opts.segment_bytes;
     let slot_count = scanned.iter().map(|s| s.slot + 1).max().unwrap_or(0);
     let mut slots = vec![SlotMeta::default(); slot_count];
     for s in scanned {
@@ -276,6 +292,8 @@ fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, segment_bytes: u64, fr
         released_lsn: from,
         next_seq: rec.max_seq + 1,
         prev_salt,
+        db_id: opts.db_id,
+        generation: opts.generation,
     }
 }
 
@@ -355,6 +373,14 @@ impl Wal {
             st.synced_lsn = lsn;
         }
         moved
+    }
+
+    /// After a checkpoint made superblock generation `g` durable: uses
+    /// begun from now on carry it.
+    pub fn set_generation(&self, g: u64) {
+        let mut st = self.state.lock();
+        debug_assert!(g >= st.layout.generation, "generations only grow");
+        st.layout.generation = g;
     }
 
     /// Declares records below `lsn` unneeded (every CF's checkpoint covers

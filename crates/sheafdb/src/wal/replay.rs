@@ -117,6 +117,37 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize) -> Result<ScannedSlot> {
     })
 }
 
+/// Refuses a WAL that is not this data file's (issue 9 point 7): a
+/// segment with a valid header of another database, or one begun under a
+/// superblock generation newer than the data file's (a stale data file
+/// restored beside its newer WAL). Runs before anything is written, so a
+/// refused open changes neither file.
+pub(crate) fn check_identity(
+    slots: &[ScannedSlot],
+    db_name: &str,
+    db_id: u64,
+    generation: u64,
+) -> Result<()> {
+    for s in slots {
+        let Some(h) = s.header else { continue };
+        let file = segment_name(db_name, s.slot);
+        if h.db_id != db_id {
+            return Err(Error::WalMismatch(format!(
+                "{file} belongs to database {:016x}, the data file is database {db_id:016x}",
+                h.db_id
+            )));
+        }
+        if h.generation > generation {
+            return Err(Error::WalMismatch(format!(
+                "{file} was written after checkpoint generation {}, but the data file is at \
+                 generation {generation}: the data file is older than its WAL",
+                h.generation
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Replays the log in `slots` from `from`, calling `apply` per record.
 ///
 /// Errors with `Corrupted` if the log provably misses records at `from`

@@ -25,8 +25,10 @@
 //! | 32 | 8 | salt of the use this one continues (0: starts a new chain) |
 //! | 40 | 8 | start LSN of this use |
 //! | 48 | 8 | `segment_bytes`: file size this use was written for (multiple of 4096, ≥ 8192) |
-//! | 56 | 4 | crc32c of bytes 0..56 |
-//! | 60 | 4036 | zero |
+//! | 56 | 8 | identity of the database the WAL belongs to (the data file's superblock holds it too) |
+//! | 64 | 8 | superblock generation that was durable when this use began |
+//! | 72 | 4 | crc32c of bytes 0..72 |
+//! | 76 | 4020 | zero |
 //!
 //! A header that fails any check (magic, version, crc, ranges) means the
 //! segment holds no use: it is free.
@@ -46,11 +48,11 @@ pub const MAX_SEGMENT_BYTES: u64 = 1 << 40;
 pub const FIRST_LSN: Lsn = Lsn(HEADER_BLOCK_BYTES);
 
 const MAGIC: [u8; 8] = *b"SHEAFWAL";
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 /// Bytes of the header covered by its crc.
-const CRC_OFFSET: usize = 56;
+const CRC_OFFSET: usize = 72;
 /// Bytes of the header that carry information (crc included).
-const HEADER_USED_BYTES: usize = 60;
+const HEADER_USED_BYTES: usize = 76;
 
 /// The decoded header of one segment use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +62,10 @@ pub(crate) struct SegmentHeader {
     pub prev_salt: u64,
     pub start_lsn: Lsn,
     pub segment_bytes: u64,
+    /// The database this WAL belongs to.
+    pub db_id: u64,
+    /// Superblock generation durable when the use began.
+    pub generation: u64,
 }
 
 impl SegmentHeader {
@@ -85,6 +91,8 @@ impl SegmentHeader {
         block[32..40].copy_from_slice(&self.prev_salt.to_le_bytes());
         block[40..48].copy_from_slice(&self.start_lsn.0.to_le_bytes());
         block[48..56].copy_from_slice(&self.segment_bytes.to_le_bytes());
+        block[56..64].copy_from_slice(&self.db_id.to_le_bytes());
+        block[64..72].copy_from_slice(&self.generation.to_le_bytes());
         let crc = crc32c::crc32c(&block[..CRC_OFFSET]);
         block[CRC_OFFSET..HEADER_USED_BYTES].copy_from_slice(&crc.to_le_bytes());
         block
@@ -106,6 +114,8 @@ impl SegmentHeader {
             prev_salt: le_u64(block, 32),
             start_lsn: Lsn(le_u64(block, 40)),
             segment_bytes: le_u64(block, 48),
+            db_id: le_u64(block, 56),
+            generation: le_u64(block, 64),
         };
         header.is_plausible().then_some(header)
     }
@@ -195,6 +205,8 @@ mod tests {
             prev_salt: 3,
             start_lsn: Lsn(123_456),
             segment_bytes: 64 * 1024,
+            db_id: 0x5EAF,
+            generation: 9,
         }
     }
 

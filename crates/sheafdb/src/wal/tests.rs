@@ -261,8 +261,8 @@ fn record_size_limits() {
         WalOptions::with_segment_bytes(4096),
         WalOptions::with_segment_bytes(10_000),
         WalOptions {
-            segment_bytes: SEG,
             max_record_bytes: SEG,
+            ..WalOptions::with_segment_bytes(SEG)
         },
     ];
     for o in bad {

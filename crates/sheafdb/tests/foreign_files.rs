@@ -1,0 +1,299 @@
+//! Issue 9 points 7 and 8: files that do not belong together, truncated
+//! files and files that are not databases. Each case gets a clear error at
+//! open (or create), and a refused open changes no file.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::builder;
+use sheafdb::format::superblock::{Superblock, SLOT_LEN};
+use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
+use sheafdb::storage::Vfs;
+use sheafdb::{Database, Error, TableDefinition};
+
+const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+const NAME: &str = "d.sheaf";
+
+fn open(vfs: &SimVfs) -> sheafdb::Result<Database> {
+    builder()
+        .background_checkpoints(false)
+        .open_with_vfs(Arc::new(vfs.clone()), NAME)
+}
+
+fn create(vfs: &SimVfs) -> sheafdb::Result<Database> {
+    builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), NAME)
+}
+
+fn put(db: &Database, from: u64, n: u64) {
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(T).unwrap();
+        for k in from..from + n {
+            t.insert(k, k).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+fn count(db: &Database) -> u64 {
+    db.begin_read()
+        .unwrap()
+        .open_table(T)
+        .unwrap()
+        .len()
+        .unwrap()
+}
+
+/// Every file of the directory, for "nothing changed" checks.
+fn snapshot(vfs: &SimVfs) -> BTreeMap<String, Vec<u8>> {
+    vfs.file_names()
+        .into_iter()
+        .map(|n| {
+            let b = vfs.file_bytes(&n).unwrap();
+            (n, b)
+        })
+        .collect()
+}
+
+fn wal_names(vfs: &SimVfs) -> Vec<String> {
+    vfs.file_names()
+        .into_iter()
+        .filter(|n| n.starts_with("d.sheaf-wal."))
+        .collect()
+}
+
+/// A database with records in its WAL (not checkpointed) and one segment.
+fn with_wal(rows: u64) -> SimVfs {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, rows);
+    // Leave the commits in the WAL: a process crash keeps them.
+    let image = vfs.process_crash();
+    drop(db);
+    image
+}
+
+#[test]
+fn a_wal_copied_from_another_database_is_refused_and_nothing_changes() {
+    let a = with_wal(50);
+    let b = with_wal(70);
+    // b's WAL beside a's data file.
+    for name in wal_names(&a) {
+        a.set_file_bytes(&name, vec![0u8; 0]);
+    }
+    for name in wal_names(&b) {
+        a.set_file_bytes(&name, b.file_bytes(&name).unwrap());
+    }
+    let before = snapshot(&a);
+    let err = open(&a).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("belongs to database"), "{err}");
+    assert_eq!(snapshot(&a), before, "a refused open changed a file");
+    // create() on it refuses the same way.
+    let err = create(&a).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert_eq!(snapshot(&a), before);
+}
+
+#[test]
+fn a_new_database_never_adopts_a_wal_left_behind() {
+    let vfs = with_wal(40);
+    let wal_before: BTreeMap<_, _> = snapshot(&vfs)
+        .into_iter()
+        .filter(|(n, _)| n.contains("-wal."))
+        .collect();
+    assert!(!wal_before.is_empty());
+    vfs.remove(NAME).unwrap();
+    vfs.sync_dir().unwrap();
+    let err = create(&vfs).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    let after = snapshot(&vfs);
+    assert!(!after.contains_key(NAME), "create left a data file behind");
+    for (n, b) in &wal_before {
+        assert_eq!(after.get(n), Some(b), "{n} changed");
+    }
+}
+
+const BIG: TableDefinition<u64, &[u8]> = TableDefinition::new("big");
+
+/// Copies the data file after one checkpoint, goes on with `rounds` of
+/// checkpoints and commits, then puts the old copy back beside the WAL.
+fn stale_beside_newer_wal(rounds: u64, value_bytes: usize) -> SimVfs {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 10);
+    db.checkpoint().unwrap();
+    let stale = vfs.file_bytes(NAME).unwrap();
+    for round in 0..rounds {
+        db.checkpoint().unwrap();
+        for i in 0..40 {
+            let tx = db.begin_write().unwrap();
+            tx.open_table(BIG)
+                .unwrap()
+                .insert(round * 100 + i, vec![1u8; value_bytes].as_slice())
+                .unwrap();
+            tx.commit().unwrap();
+        }
+    }
+    let image = vfs.process_crash();
+    drop(db);
+    image.set_file_bytes(NAME, stale);
+    image
+}
+
+#[test]
+fn a_stale_data_file_beside_a_newer_wal_is_refused() {
+    // Segments begun under later checkpoints: the WAL is newer than the
+    // data file, and its records since the copy may be recycled.
+    let image = stale_beside_newer_wal(6, 3000);
+    let before = snapshot(&image);
+    let err = open(&image).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("older than its WAL"), "{err}");
+    assert_eq!(snapshot(&image), before);
+}
+
+#[test]
+fn a_stale_data_file_whose_log_is_all_there_recovers_every_commit() {
+    // Everything since the copy is still in one WAL use begun before it:
+    // base plus log is exactly the newer state.
+    let image = stale_beside_newer_wal(3, 20);
+    let db = open(&image).unwrap();
+    assert_eq!(count(&db), 10);
+    let rx = db.begin_read().unwrap();
+    assert_eq!(rx.open_table(BIG).unwrap().len().unwrap(), 120);
+    drop(rx);
+    db.check_integrity().unwrap();
+}
+
+#[test]
+fn truncated_data_files_are_corrupted_at_open() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 3000);
+    db.close().unwrap();
+    let full = vfs.file_bytes(NAME).unwrap();
+    assert!(full.len() > 20 * 4096);
+    let len = full.len();
+    for cut in [len / 2, len * 9 / 10, len - 4096 - 100, len - 1] {
+        let v = SimVfs::new();
+        v.set_file_bytes(NAME, full[..cut].to_vec());
+        match open(&v) {
+            Err(e) => assert!(e.is_corrupted(), "cut {cut}: {e}"),
+            // Only a cut inside space no checkpoint wrote may open.
+            Ok(db) => {
+                assert_eq!(count(&db), 3000, "cut {cut}: opened with rows missing");
+                db.check_integrity().unwrap();
+            }
+        }
+    }
+    // Cut to half is always inside written pages.
+    let v = SimVfs::new();
+    v.set_file_bytes(NAME, full[..len / 2].to_vec());
+    let err = open(&v).unwrap_err();
+    assert!(err.to_string().contains("truncated"), "{err}");
+}
+
+#[test]
+fn files_that_are_not_databases_get_not_a_database() {
+    let mut sqlite = b"SQLite format 3\0".to_vec();
+    sqlite.resize(8192, 0x11);
+    let random: Vec<u8> = (0..20_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("sqlite", sqlite),
+        ("random", random),
+        ("text", b"hello, this is a text file\n".to_vec()),
+        ("zeros 4 KiB", vec![0u8; 4096]),
+        ("zeros 64 KiB", vec![0u8; 65536]),
+    ];
+    for (what, bytes) in cases {
+        let v = SimVfs::new();
+        v.set_file_bytes(NAME, bytes.clone());
+        let err = open(&v).unwrap_err();
+        assert!(
+            matches!(err, Error::NotADatabase(_)),
+            "{what}: open gave {err}"
+        );
+        let err = create(&v).unwrap_err();
+        assert!(
+            matches!(err, Error::NotADatabase(_)),
+            "{what}: create gave {err}"
+        );
+        assert_eq!(v.file_bytes(NAME).unwrap(), bytes, "{what}: file changed");
+        assert!(wal_names(&v).is_empty(), "{what}: a WAL was created");
+    }
+}
+
+#[test]
+fn a_damaged_sheafdb_file_stays_corrupted_not_foreign() {
+    let vfs = SimVfs::new();
+    create(&vfs).unwrap().close().unwrap();
+    let mut b = vfs.file_bytes(NAME).unwrap();
+    // Damage both slots' checksummed bodies, keep their magic.
+    b[20] ^= 0xFF;
+    b[4096 + 20] ^= 0xFF;
+    vfs.set_file_bytes(NAME, b);
+    let err = open(&vfs).unwrap_err();
+    assert!(err.is_corrupted(), "{err}");
+}
+
+#[test]
+fn a_crafted_superblock_cannot_make_open_allocate_the_moon() {
+    let vfs = SimVfs::new();
+    create(&vfs).unwrap().close().unwrap();
+    let mut b = vfs.file_bytes(NAME).unwrap();
+    for slot in [0usize, 4096] {
+        let s = &mut b[slot..slot + SLOT_LEN];
+        if Superblock::decode(s, 0).ok().flatten().is_none() {
+            continue;
+        }
+        // meta_npages = u32::MAX, written_pages = huge, crc fixed up.
+        s[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
+        s[56..64].copy_from_slice(&u64::MAX.to_le_bytes());
+        s[88..96].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+        let crc = crc32c::crc32c(&s[..508]);
+        s[508..512].copy_from_slice(&crc.to_le_bytes());
+    }
+    vfs.set_file_bytes(NAME, b);
+    let err = open(&vfs).unwrap_err();
+    assert!(err.is_corrupted(), "{err}");
+}
+
+#[test]
+fn a_crash_anywhere_inside_create_leaves_a_file_create_accepts() {
+    let mut crashed_inside = 0;
+    for n in 1..200u64 {
+        let vfs = SimVfs::new();
+        vfs.fail_from(n, Fault::Eio);
+        let done = create(&vfs).is_ok();
+        for policy in [
+            CrashPolicy::DropAll,
+            CrashPolicy::KeepAll,
+            CrashPolicy::Random,
+        ] {
+            let image = vfs.crash_with(n, policy);
+            // open: a database, or a clear "not a database".
+            match open(&image) {
+                Ok(db) => db.check_integrity().map(drop).unwrap(),
+                Err(Error::NotADatabase(_)) => {}
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => panic!("n {n} {policy:?}: open gave {e}"),
+            }
+            let db = create(&image).unwrap_or_else(|e| panic!("n {n} {policy:?}: create gave {e}"));
+            put(&db, 0, 5);
+            assert_eq!(count(&db), 5);
+            db.check_integrity().unwrap();
+        }
+        if done {
+            break;
+        }
+        crashed_inside += 1;
+    }
+    assert!(crashed_inside > 5, "create never failed part-way");
+}
