@@ -30,7 +30,7 @@ pub mod txn;
 pub mod types;
 pub mod wal;
 
-pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport};
+pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport, MemoryStats};
 pub use error::{Error, Location, PoisonCause, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};
 pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};

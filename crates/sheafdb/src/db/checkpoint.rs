@@ -51,6 +51,9 @@ struct Plan {
     snapshot: Arc<CfVersion>,
     /// The CF's extents when its free space at `snapshot` was computed.
     extents: Vec<crate::format::records::PageRange>,
+    /// Superseded, never-written runs an old snapshot pins, written by
+    /// this checkpoint so their memory becomes evictable.
+    spilled: Vec<(PageId, u32)>,
 }
 
 impl DbShared {
@@ -118,7 +121,9 @@ impl DbShared {
         for p in &plans {
             *p.cf.base.lock() = (p.snapshot.version, p.snapshot.lsn);
             *p.cf.persisted_extents.lock() = p.extents.clone();
-            p.cf.alloc.lock().checkpoint_done(p.snapshot.version);
+            p.cf.alloc
+                .lock()
+                .checkpoint_done(p.snapshot.version, &p.spilled);
         }
         drop(plans);
         self.release_dropped(&dropped);
@@ -132,10 +137,14 @@ impl DbShared {
         p: &mut Plan,
     ) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
         let s = &p.snapshot;
-        let (dirty, free) = {
+        let (dirty, free, pinned) = {
             let a = p.cf.alloc.lock();
             p.extents = a.extents().to_vec();
-            (a.dirty_runs(s.version), a.free_at(s.version))
+            (
+                a.dirty_runs(s.version),
+                a.free_at(s.version),
+                a.pinned_unwritten(s.version),
+            )
         };
         let store = ReadPages::new(self.clone(), p.cf.id);
         let mut runs = Vec::new();
@@ -143,6 +152,7 @@ impl DbShared {
             collect_cf_dirty(&store, &s.catalog, &dirty, &mut runs)?;
         }
         debug_assert!(runs.iter().all(|(id, _)| dirty.contains_key(id)));
+        p.spilled = self.spill_pinned(&pinned, &dirty, &mut runs);
         let desc = CfDescriptor {
             name: p.cf.name.clone(),
             catalog_root: s.catalog.root,
@@ -153,6 +163,37 @@ impl DbShared {
             free: free.to_vec(),
         };
         Ok((desc, runs))
+    }
+
+    /// Adds the pinned, never-written runs whose cached copy is still the
+    /// one their version committed to the runs to write (issue 9 point
+    /// 10). They are free at the snapshot, so the new base does not
+    /// reference them, and not reusable while pinned; a run released and
+    /// reused meanwhile has another cache entry then, and `mark_clean`
+    /// leaves that alone.
+    fn spill_pinned(
+        &self,
+        pinned: &[(PageId, u32)],
+        dirty: &HashMap<PageId, u32>,
+        runs: &mut Vec<(PageId, PageRef)>,
+    ) -> Vec<(PageId, u32)> {
+        let ps = self.pager.page_size();
+        let mut spilled = Vec::new();
+        for &(id, n) in pinned {
+            debug_assert!(
+                !dirty.contains_key(&id),
+                "run {id} both live and superseded"
+            );
+            let Some(page) = self.pager.cache().get(id) else {
+                continue;
+            };
+            if page.len() != n as usize * ps || page.page_id() != id {
+                continue;
+            }
+            runs.push((id, page));
+            spilled.push((id, n));
+        }
+        spilled
     }
 
     /// Writes `runs` and the given CF descriptors as a new durable base,
@@ -216,11 +257,17 @@ impl DbShared {
             assert!(ok, "system page {p} freed twice in one checkpoint");
         }
         let meta = self.build_meta(sp, &sys.alloc.clone(), &released_set, persisted)?;
+        let system_runs = sp.private_runs();
         let mut all: Vec<(PageId, PageRef)> = runs.to_vec();
-        all.extend(sp.private_runs());
+        all.extend(system_runs.iter().cloned());
         self.pager.write_runs(&all)?;
         self.pager.sync()?;
-        self.pager.mark_clean(&all);
+        // O4: clean only now. CF runs: only if still the cached copy (a
+        // spilled run may have been reused). System runs: only this
+        // checkpoint writes system pages, so their entries are replaced
+        // (a reused system page may have a stale entry).
+        self.pager.mark_clean(runs);
+        self.pager.cache_clean(&system_runs);
         // Ordering rule O1: every LSN the new superblock names is durable
         // in the WAL before the superblock is written.
         let named = descriptors
@@ -268,7 +315,7 @@ impl DbShared {
             .collect();
         sp.mark_committed();
         alloc.commit(Version(sys.generation), &allocated, &[]);
-        alloc.checkpoint_done(Version(sys.generation));
+        alloc.checkpoint_done(Version(sys.generation), &[]);
         for (p, n) in released {
             alloc.release_system_run(p, n);
         }
@@ -385,6 +432,7 @@ fn plan(
                 cf: cf.clone(),
                 snapshot,
                 extents: Vec::new(),
+                spilled: Vec::new(),
             });
         }
     }

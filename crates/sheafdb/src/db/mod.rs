@@ -374,6 +374,15 @@ fn checkpointer_loop(weak: std::sync::Weak<DbShared>) {
     }
 }
 
+/// What [`Database::memory_stats`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Clean cached runs (evictable; at most about the cache budget).
+    pub clean_bytes: u64,
+    /// Dirty runs: only in memory until a checkpoint writes them.
+    pub dirty_bytes: u64,
+}
+
 /// Options for creating or opening a database.
 #[derive(Debug, Clone)]
 pub struct Builder {
@@ -599,6 +608,17 @@ impl Database {
     /// Bytes committed but not yet written by a checkpoint.
     pub fn dirty_bytes(&self) -> u64 {
         self.shared.dirty_bytes()
+    }
+
+    /// Memory the page cache holds: clean runs (bounded by the cache
+    /// budget) and dirty runs (committed, or pinned by old snapshots, and
+    /// not yet written: bounded by the checkpoint triggers).
+    pub fn memory_stats(&self) -> MemoryStats {
+        let cache = self.shared.pager.cache();
+        MemoryStats {
+            clean_bytes: cache.bytes() as u64,
+            dirty_bytes: cache.dirty_bytes() as u64,
+        }
     }
 
     /// Statistics of the WAL (records, bytes, syncs).

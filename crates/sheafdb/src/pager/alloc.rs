@@ -260,6 +260,10 @@ struct Freed {
     allocated_at: Version,
     freed_at: Version,
     state: FreedState,
+    /// Its bytes are in the file (it was in a durable base, or a
+    /// checkpoint wrote it): its cache entry may be clean and evictable.
+    /// Unwritten runs count as dirty pages until written or released.
+    written: bool,
 }
 
 /// The allocator of one CF (or of the system).
@@ -280,7 +284,9 @@ pub struct CfAllocator {
     freed: IdMap<u64, Freed>,
     base_version: Version,
     released: ReleasedPages,
-    /// Shared count of pages in `recent` over all CFs (checkpoint trigger).
+    /// Shared count, over all CFs, of pages whose only copy is in memory:
+    /// `recent` runs plus freed runs not yet `written` (an old snapshot
+    /// may still read those). Checkpoint trigger and memory bound.
     dirty_counter: Arc<AtomicU64>,
     /// Runs freed without ever being written: their only copy is a dirty
     /// cache entry, which the allocating transaction drops.
@@ -371,7 +377,46 @@ impl CfAllocator {
     /// Bytes of pages committed since the durable base and still live:
     /// what the next checkpoint has to write at most.
     pub fn dirty_pages(&self) -> u64 {
-        self.recent.values().map(|&(n, _)| n as u64).sum()
+        let recent: u64 = self.recent.values().map(|&(n, _)| n as u64).sum();
+        recent + self.unwritten_freed_pages()
+    }
+
+    fn unwritten_freed_pages(&self) -> u64 {
+        self.freed
+            .values()
+            .filter(|f| !f.written)
+            .map(|f| f.npages as u64)
+            .sum()
+    }
+
+    /// Freed runs that never reached the file and were superseded at or
+    /// before `upto` (so a checkpoint of `upto` does not write them), while
+    /// an older snapshot may still read them. A checkpoint writes them to
+    /// their own pages — referenced by no durable base, and not reusable
+    /// while pinned — so their cache entries can become clean and be
+    /// evicted: old snapshots cost no memory beyond the cache budget
+    /// (issue 9 point 10).
+    pub fn pinned_unwritten(&self, upto: Version) -> Vec<(PageId, u32)> {
+        self.freed
+            .iter()
+            .filter(|(_, f)| !f.written && f.freed_at <= upto && f.state == FreedState::Pinned)
+            .map(|(&p, f)| (PageId(p), f.npages))
+            .collect()
+    }
+
+    /// After a checkpoint durably wrote these freed runs (those still
+    /// freed and unwritten): they count as dirty no more.
+    fn note_written(&mut self, runs: &[(PageId, u32)]) -> u64 {
+        let mut n = 0;
+        for &(p, _) in runs {
+            if let Some(f) = self.freed.get_mut(&p.0) {
+                if !f.written {
+                    f.written = true;
+                    n += f.npages as u64;
+                }
+            }
+        }
+        n
     }
 
     /// Runs allocated after the durable base and live at version `upto`:
@@ -438,8 +483,12 @@ impl CfAllocator {
             debug_assert_eq!(f.state, FreedState::Pinned);
             let in_base = f.allocated_at <= self.base_version && f.freed_at > self.base_version;
             if in_base {
+                debug_assert!(f.written, "a run of the durable base is in the file");
                 f.state = FreedState::AwaitCheckpoint;
             } else {
+                if !f.written {
+                    self.dirty_counter.fetch_sub(n as u64, Ordering::Relaxed);
+                }
                 if f.allocated_at > self.base_version {
                     self.unwritten_freed.push(p);
                 }
@@ -460,8 +509,14 @@ impl CfAllocator {
     }
 
     /// Records that a checkpoint of version `at` is durable: it is the new
-    /// base. Returns the runs that became free.
-    pub fn checkpoint_done(&mut self, at: Version) -> Vec<(PageId, u32)> {
+    /// base, and it also wrote the freed runs `spilled` (see
+    /// [`CfAllocator::pinned_unwritten`]). Returns the runs that became
+    /// free.
+    pub fn checkpoint_done(
+        &mut self,
+        at: Version,
+        spilled: &[(PageId, u32)],
+    ) -> Vec<(PageId, u32)> {
         assert!(
             at >= self.base_version,
             "checkpoint went back in time in cf {}",
@@ -475,6 +530,14 @@ impl CfAllocator {
             }
             a > at
         });
+        // Freed runs live at `at` were written as part of its trees.
+        for f in self.freed.values_mut() {
+            if !f.written && f.allocated_at <= at && f.freed_at > at {
+                f.written = true;
+                written += f.npages as u64;
+            }
+        }
+        written += self.note_written(spilled);
         self.dirty_counter.fetch_sub(written, Ordering::Relaxed);
         let ready: Vec<u64> = self
             .freed
@@ -555,19 +618,21 @@ impl CfAllocator {
             self.dirty_counter.fetch_add(n as u64, Ordering::Relaxed);
         }
         for &(p, n) in freed {
-            let allocated_at = match self.recent.remove(&p.0) {
+            // A run committed after the base stays counted as dirty (its
+            // only copy is in memory) until written or released.
+            let (allocated_at, written) = match self.recent.remove(&p.0) {
                 Some((rn, a)) => {
                     assert_eq!(rn, n, "run {p} freed with another length");
-                    self.dirty_counter.fetch_sub(n as u64, Ordering::Relaxed);
-                    a
+                    (a, false)
                 }
-                None => Version(0),
+                None => (Version(0), true),
             };
             let f = Freed {
                 npages: n,
                 allocated_at,
                 freed_at: version,
                 state: FreedState::Pinned,
+                written,
             };
             let fresh = self.freed.insert(p.0, f).is_none() && !self.free.intersects(p.0, n as u64);
             assert!(fresh, "double free of committed {p}+{n} in cf {}", self.cf);
@@ -683,7 +748,7 @@ mod tests {
             a.free_at(Version(0)).contains_all(p.0, 1),
             "not yet allocated at v0"
         );
-        a.checkpoint_done(Version(1));
+        a.checkpoint_done(Version(1), &[]);
         a.commit(Version(2), &[], &[(p, 1)]);
         assert!(!a.free_at(Version(1)).contains_all(p.0, 1), "live at v1");
         assert!(a.free_at(Version(2)).contains_all(p.0, 1), "freed at v2");
@@ -695,7 +760,7 @@ mod tests {
             !a.free_set().contains_all(p.0, 1),
             "reused while the base still uses it"
         );
-        a.checkpoint_done(Version(2));
+        a.checkpoint_done(Version(2), &[]);
         assert!(a.free_set().contains_all(p.0, 1));
     }
 
@@ -711,7 +776,7 @@ mod tests {
             "live at v1, never written"
         );
         assert!(!a.dirty_runs(Version(2)).contains_key(&p), "freed at v2");
-        a.checkpoint_done(Version(1));
+        a.checkpoint_done(Version(1), &[]);
         assert!(
             !a.dirty_runs(Version(1)).contains_key(&p),
             "now in the base"

@@ -128,6 +128,44 @@ impl PageCache {
         self.shard(id).write().put(id, page, true);
     }
 
+    /// After `page` was durably written at `id`: if the entry is still
+    /// that very run, it becomes clean (evictable). A run that was
+    /// reallocated meanwhile has another entry, which is left alone.
+    pub fn mark_clean(&self, id: PageId, page: &PageRef) {
+        let mut shard = self.shard(id).write();
+        let same = shard
+            .map
+            .get(&id)
+            .is_some_and(|e| std::sync::Arc::ptr_eq(&e.page, page));
+        if !same {
+            return;
+        }
+        if page.len() > self.shard_budget / 4 {
+            shard.take(id);
+            return;
+        }
+        shard.put(id, page.clone(), false);
+        if shard.bytes > self.shard_budget {
+            Self::evict(&mut shard, self.shard_budget * 7 / 8);
+        }
+    }
+
+    /// Bytes of dirty runs held (committed, not yet written): memory the
+    /// budget does not bound, only the checkpoint triggers do.
+    pub fn dirty_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.read()
+                    .map
+                    .values()
+                    .filter(|e| e.dirty)
+                    .map(|e| e.page.len())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Drops the run at `id` if cached (dirty or clean).
     pub fn remove(&self, id: PageId) {
         self.shard(id).write().take(id);

@@ -159,8 +159,17 @@ impl Pager {
     }
 
     /// After the sync that made `runs` durable: they match the file now,
-    /// so the cache may evict them.
+    /// so the cache may evict them — each only if its entry is still that
+    /// very run (one reallocated meanwhile has a newer entry).
     pub fn mark_clean(&self, runs: &[(PageId, PageRef)]) {
+        for (id, p) in runs {
+            self.cache.mark_clean(*id, p);
+        }
+    }
+
+    /// After the sync that made `runs` durable, for runs whose page no one
+    /// else writes: caches them as clean, replacing any entry.
+    pub fn cache_clean(&self, runs: &[(PageId, PageRef)]) {
         for (id, p) in runs {
             self.cache.insert(*id, p.clone());
         }
