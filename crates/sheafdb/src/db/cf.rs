@@ -48,6 +48,18 @@ pub struct CfStats {
 }
 
 impl ColumnFamily {
+    /// `ForeignHandle` unless this handle is of the database `shared`.
+    pub(crate) fn check_belongs_to(&self, shared: &Arc<DbShared>) -> Result<()> {
+        if Arc::ptr_eq(&self.shared, shared) {
+            Ok(())
+        } else {
+            Err(Error::ForeignHandle(format!(
+                "column family {:?}",
+                self.name()
+            )))
+        }
+    }
+
     /// The CF's name.
     pub fn name(&self) -> &str {
         &self.cf.name
@@ -206,14 +218,7 @@ impl Database {
 
     /// `ForeignHandle` unless `cf` is a handle of this database.
     fn check_own(&self, cf: &ColumnFamily) -> Result<()> {
-        if Arc::ptr_eq(&self.shared, &cf.shared) {
-            Ok(())
-        } else {
-            Err(Error::ForeignHandle(format!(
-                "column family {:?}",
-                cf.name()
-            )))
-        }
+        cf.check_belongs_to(&self.shared)
     }
 
     /// The column family `name`. `CfNotFound` if there is none.

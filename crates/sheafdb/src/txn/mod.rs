@@ -527,14 +527,7 @@ impl ReadTransaction {
 
     /// `ForeignHandle` unless `cf` is a handle of this snapshot's database.
     fn check_own(&self, cf: &crate::db::ColumnFamily) -> Result<()> {
-        if Arc::ptr_eq(&self.shared, &cf.shared) {
-            Ok(())
-        } else {
-            Err(Error::ForeignHandle(format!(
-                "column family {:?}",
-                cf.name()
-            )))
-        }
+        cf.check_belongs_to(&self.shared)
     }
 
     /// Names of the home CF's tables, sorted.
