@@ -171,7 +171,7 @@ impl DbShared {
         for st in states.iter_mut() {
             payloads.push(st.log.take().map(|e| e.finish()));
         }
-        let merged = merge_payloads(&payloads);
+        let merged = crate::wal::record::merge_payloads(&payloads);
         let logged = merged
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
@@ -298,24 +298,4 @@ impl DbShared {
         cf.enqueue(v.clone());
         v
     }
-}
-
-/// Joins per-CF commit payloads (`version, part count, parts…`) into one.
-/// `None` if any CF's log was abandoned (too large for the WAL).
-fn merge_payloads(payloads: &[Option<Vec<u8>>]) -> Option<Vec<u8>> {
-    const HEADER: usize = 5;
-    let mut parts = 0u32;
-    let mut out = Vec::new();
-    for p in payloads {
-        let p = p.as_ref()?;
-        debug_assert!(p.len() >= HEADER);
-        if out.is_empty() {
-            out.push(p[0]);
-            out.extend_from_slice(&[0; 4]);
-        }
-        parts += u32::from_le_bytes(p[1..5].try_into().expect("4 bytes"));
-        out.extend_from_slice(&p[HEADER..]);
-    }
-    out[1..5].copy_from_slice(&parts.to_le_bytes());
-    Some(out)
 }

@@ -35,6 +35,11 @@ use crate::format::codec::Reader;
 use crate::types::{CfId, TableId};
 
 const PAYLOAD_VERSION: u8 = 1;
+/// Offset of the part count in a payload (after the version byte).
+const PART_COUNT_AT: usize = 1;
+/// Bytes before the first part: version and part count.
+const PAYLOAD_HEADER_BYTES: usize = PART_COUNT_AT + 4;
+const _: () = assert!(PAYLOAD_HEADER_BYTES == 5, "version:u8 part_count:u32");
 /// Smallest possible encoded part (cf and op count).
 const MIN_PART_BYTES: usize = 12;
 /// Smallest possible encoded op (`DropCf`: the tag alone).
@@ -294,6 +299,30 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// Joins the payloads of several CFs' transactions (each from a
+/// [`CommitEncoder`]) into one payload whose parts are theirs in order, for
+/// a multi-CF commit. `None` if any is `None` (a log that outgrew the WAL)
+/// or there are none.
+pub fn merge_payloads(payloads: &[Option<Vec<u8>>]) -> Option<Vec<u8>> {
+    let mut parts = 0u32;
+    let mut out: Vec<u8> = Vec::new();
+    for p in payloads {
+        let p = p.as_ref()?;
+        let (head, body) = p.split_at_checked(PAYLOAD_HEADER_BYTES)?;
+        let (version, count) = head.split_first()?;
+        debug_assert_eq!(*version, PAYLOAD_VERSION);
+        if out.is_empty() {
+            out.push(*version);
+            out.extend_from_slice(&0u32.to_le_bytes());
+        }
+        parts = parts.checked_add(u32::from_le_bytes(count.try_into().ok()?))?;
+        out.extend_from_slice(body);
+    }
+    let count = out.get_mut(PART_COUNT_AT..PAYLOAD_HEADER_BYTES)?;
+    count.copy_from_slice(&parts.to_le_bytes());
+    Some(out)
+}
+
 /// Decodes a commit payload without copying keys, values or names.
 pub fn decode_commit(payload: &[u8]) -> Result<Vec<CfPart<'_>>> {
     let mut r = Reader::new(payload, WHAT);
@@ -369,6 +398,34 @@ fn corrupted(what: String) -> Error {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn merged_payloads_decode_to_every_part_in_order() {
+        let mut a = CommitEncoder::new();
+        a.push_for(CfId(3), &Op::DropTable { table: TableId(1) });
+        a.push_for(CfId(4), &Op::ClearTable { table: TableId(2) });
+        let mut b = CommitEncoder::new();
+        b.push_for(
+            CfId(9),
+            &Op::Delete {
+                table: TableId(5),
+                key: b"k",
+            },
+        );
+        let merged = merge_payloads(&[Some(a.finish()), Some(b.finish())]).unwrap();
+        let parts = decode_commit(&merged).unwrap();
+        let cfs: Vec<CfId> = parts.iter().map(|p| p.cf).collect();
+        assert_eq!(cfs, vec![CfId(3), CfId(4), CfId(9)]);
+        assert_eq!(
+            parts[2].ops,
+            vec![Op::Delete {
+                table: TableId(5),
+                key: b"k"
+            }]
+        );
+        assert_eq!(merge_payloads(&[Some(vec![1, 0, 0, 0, 0]), None]), None);
+        assert_eq!(merge_payloads(&[]), None);
+    }
 
     /// Owned mirror of `Op`, so proptest can generate it.
     #[derive(Debug, Clone)]
