@@ -45,6 +45,15 @@ use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfShared, CfVersion};
 use crate::types::{CfId, Lsn, PageId, Version};
 
+/// Where a checkpoint put the metadata blob, and the file length it
+/// records (the superblock repeats both).
+struct MetaRun {
+    page: PageId,
+    npages: u32,
+    payload_len: u32,
+    file_pages: u64,
+}
+
 /// One CF's part of a checkpoint.
 struct Plan {
     cf: Arc<CfShared>,
@@ -119,7 +128,10 @@ impl DbShared {
             return Err(e);
         }
         for p in &plans {
-            *p.cf.base.lock() = (p.snapshot.version, p.snapshot.lsn);
+            *p.cf.base.lock() = crate::txn::DurableBase {
+                version: p.snapshot.version,
+                lsn: p.snapshot.lsn,
+            };
             *p.cf.persisted_extents.lock() = p.extents.clone();
             p.cf.alloc
                 .lock()
@@ -284,10 +296,10 @@ impl DbShared {
             generation: sys.generation + 1,
             sys_root: root.root,
             sys_len: root.len,
-            meta_page: Some(meta.0),
-            meta_npages: meta.1,
-            meta_len: meta.2,
-            file_pages: meta.3,
+            meta_page: Some(meta.page),
+            meta_npages: meta.npages,
+            meta_len: meta.payload_len,
+            file_pages: meta.file_pages,
             next_cf: CfId(self.next_cf.load(Ordering::Acquire)),
             replay_lsn,
             db_id: sys.db_id,
@@ -304,7 +316,7 @@ impl DbShared {
         }
         sys.slot = slot;
         sys.root = root;
-        sys.meta_run = Some((meta.0, meta.1));
+        sys.meta_run = Some((meta.page, meta.npages));
         sys.replay_lsn = replay_lsn;
         sys.written_pages = written_pages;
         let mut alloc = sys.alloc.lock();
@@ -322,8 +334,8 @@ impl DbShared {
         Ok(())
     }
 
-    /// Allocates and fills the metadata blob. Returns (first page, pages,
-    /// payload length, file pages). The blob describes the allocator state
+    /// Allocates and fills the metadata blob. The blob describes the
+    /// allocator state
     /// including its own pages, so its run is allocated before encoding,
     /// with slack, and retried if the encoding outgrew it.
     fn build_meta(
@@ -332,7 +344,7 @@ impl DbShared {
         sys_alloc: &Mutex<CfAllocator>,
         released: &RangeSet,
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
-    ) -> Result<(PageId, u32, u32, u64)> {
+    ) -> Result<MetaRun> {
         use crate::btree::store::PageWrite;
         let ps = self.pager.page_size();
         let mut slack = 256usize;
@@ -347,7 +359,12 @@ impl DbShared {
                 run.set_payload_len(blob.len() as u32);
                 sp.install(id, run);
                 // The superblock records the file length the blob does.
-                return Ok((id, npages, blob.len() as u32, file_pages));
+                return Ok(MetaRun {
+                    page: id,
+                    npages,
+                    payload_len: blob.len() as u32,
+                    file_pages,
+                });
             }
             sp.free(id, npages);
             slack *= 4;
@@ -426,7 +443,7 @@ fn plan(
                 None => continue,
             },
         };
-        let (base_version, _) = *cf.base.lock();
+        let base_version = cf.base.lock().version;
         if snapshot.version > base_version {
             plans.push(Plan {
                 cf: cf.clone(),
@@ -462,7 +479,10 @@ fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn, prev: Lsn) 
     for cf in cfs {
         let (base_version, base_lsn) = match plans.iter().find(|p| p.cf.id == cf.id) {
             Some(p) => (p.snapshot.version, p.snapshot.lsn),
-            None => *cf.base.lock(),
+            None => {
+                let b = *cf.base.lock();
+                (b.version, b.lsn)
+            }
         };
         if cf.head_version_settled() != base_version {
             floor = floor.min(base_lsn.max(prev));

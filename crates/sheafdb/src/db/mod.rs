@@ -104,8 +104,17 @@ impl Default for Options {
 /// Wakes the background checkpointer.
 #[derive(Debug, Default)]
 pub(crate) struct CheckpointSignal {
-    state: Mutex<(bool, bool)>, // (requested, shutdown)
+    state: Mutex<SignalState>,
     cv: Condvar,
+}
+
+/// What the background checkpointer is asked to do.
+#[derive(Debug, Default)]
+struct SignalState {
+    /// Run a checkpoint soon (a trigger fired).
+    requested: bool,
+    /// Exit (the database is closing).
+    shutdown: bool,
 }
 
 /// Everything shared by the handles of one open database.
@@ -267,7 +276,7 @@ impl DbShared {
     /// Asks the background checkpointer to run soon.
     pub fn request_checkpoint(&self) {
         let mut st = self.signal.state.lock();
-        st.0 = true;
+        st.requested = true;
         self.signal.cv.notify_all();
     }
 
@@ -321,7 +330,7 @@ impl DbShared {
     fn stop_threads(&self) {
         {
             let mut st = self.signal.state.lock();
-            st.1 = true;
+            st.shutdown = true;
             self.signal.cv.notify_all();
         }
         let mut t = self.threads.lock();
@@ -358,13 +367,13 @@ fn checkpointer_loop(weak: std::sync::Weak<DbShared>) {
         let interval = shared.options.checkpoint_interval;
         let requested = {
             let mut st = shared.signal.state.lock();
-            if !st.0 && !st.1 {
+            if !st.requested && !st.shutdown {
                 shared.signal.cv.wait_for(&mut st, interval);
             }
-            if st.1 {
+            if st.shutdown {
                 return;
             }
-            std::mem::take(&mut st.0)
+            std::mem::take(&mut st.requested)
         };
         let timer_work = shared.dirty_pages.load(Ordering::Relaxed) > 0;
         if (requested || timer_work) && shared.check_writable().is_ok() {

@@ -140,7 +140,7 @@ fn checkpoint_floor(shared: &DbShared) -> Lsn {
         .cfs
         .read()
         .values()
-        .map(|cf| cf.base.lock().1)
+        .map(|cf| cf.base.lock().lsn)
         .fold(replay, Lsn::max)
 }
 

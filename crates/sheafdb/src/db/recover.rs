@@ -139,7 +139,7 @@ impl CfReplay {
                 String::from_utf8(k.to_vec()).map_err(|_| corrupt("table name not UTF-8"))?;
             names.insert(meta.id, name);
         }
-        let checkpoint_lsn = cf.base.lock().1;
+        let checkpoint_lsn = cf.base.lock().lsn;
         Ok(CfReplay {
             cf,
             state,

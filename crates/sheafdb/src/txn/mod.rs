@@ -138,6 +138,14 @@ impl CfVersion {
     }
 }
 
+/// The version of a CF its durable base holds, and the end of the WAL it
+/// covers (replay of the CF resumes at records starting at or after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DurableBase {
+    pub version: Version,
+    pub lsn: Lsn,
+}
+
 /// Shared state of one column family.
 #[derive(Debug)]
 pub(crate) struct CfShared {
@@ -151,8 +159,8 @@ pub(crate) struct CfShared {
     pub alloc: Arc<Mutex<CfAllocator>>,
     publish: Mutex<PublishQueue>,
     published: parking_lot::Condvar,
-    /// (version, lsn) of the durable base of this CF.
-    pub base: Mutex<(Version, Lsn)>,
+    /// The durable base of this CF.
+    pub base: Mutex<DurableBase>,
     /// Set once the CF is dropped: handles to it report `CfNotFound`.
     pub dropped: std::sync::atomic::AtomicBool,
     /// Extents the CF's persisted descriptor accounts for (its free list
@@ -177,7 +185,10 @@ impl CfShared {
             name,
             persisted_extents: Mutex::new(alloc.extents().to_vec()),
             dropped: std::sync::atomic::AtomicBool::new(false),
-            base: Mutex::new((version.version, version.lsn)),
+            base: Mutex::new(DurableBase {
+                version: version.version,
+                lsn: version.lsn,
+            }),
             writer_owner: Arc::default(),
             writer: Arc::new(Mutex::new(WriterSlot {
                 head: version.clone(),
