@@ -5,6 +5,37 @@
 
 use crate::error::{Error, Result};
 
+/// The `N` bytes at `off`: the caller has checked the bounds; if it has
+/// not, debug builds stop and release builds read zeros (never a panic on
+/// file contents).
+#[inline]
+fn bytes_at<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
+    let got = off
+        .checked_add(N)
+        .and_then(|end| b.get(off..end))
+        .and_then(|s| <[u8; N]>::try_from(s).ok());
+    debug_assert!(got.is_some(), "read of {N} bytes at {off} past {}", b.len());
+    got.unwrap_or([0; N])
+}
+
+/// Reads a little-endian u64 at `off` (caller guarantees bounds).
+#[inline]
+pub fn read_u64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(bytes_at(b, off))
+}
+
+/// Reads a little-endian u32 at `off` (caller guarantees bounds).
+#[inline]
+pub fn read_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(bytes_at(b, off))
+}
+
+/// Reads a little-endian u16 at `off` (caller guarantees bounds).
+#[inline]
+pub fn read_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes(bytes_at(b, off))
+}
+
 /// Appends little-endian fields to a byte vector.
 #[derive(Default, Debug)]
 pub struct Writer {

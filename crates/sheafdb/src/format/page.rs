@@ -227,23 +227,7 @@ impl PageBuf {
     }
 }
 
-/// Reads a little-endian u64 at `off` (caller guarantees bounds).
-#[inline]
-pub fn read_u64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-
-/// Reads a little-endian u32 at `off` (caller guarantees bounds).
-#[inline]
-pub fn read_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-/// Reads a little-endian u16 at `off` (caller guarantees bounds).
-#[inline]
-pub fn read_u16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes(b[off..off + 2].try_into().expect("2 bytes"))
-}
+pub use crate::format::codec::{read_u16, read_u32, read_u64};
 
 /// Number of pages a run with `payload_len` bytes after the header needs.
 pub fn pages_for_payload(page_size: usize, payload_len: usize) -> u32 {

@@ -18,6 +18,7 @@
 //! it fits in what is left of the use, and the crc matches. Frames never
 //! span segments.
 
+use crate::format::codec::{read_u32, read_u64};
 use crate::types::Lsn;
 
 /// Bytes of the frame header before the payload.
@@ -56,21 +57,11 @@ pub(crate) struct FrameHeader {
 impl FrameHeader {
     /// Parses the first [`FRAME_HEADER_BYTES`] of `bytes`.
     pub fn parse(bytes: &[u8; FRAME_HEADER_BYTES]) -> FrameHeader {
-        let u32_at = |at: usize| {
-            let mut raw = [0u8; 4];
-            raw.copy_from_slice(&bytes[at..at + 4]);
-            u32::from_le_bytes(raw)
-        };
-        let u64_at = |at: usize| {
-            let mut raw = [0u8; 8];
-            raw.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_le_bytes(raw)
-        };
         FrameHeader {
-            crc: u32_at(0),
-            len: u32_at(4),
-            lsn: Lsn(u64_at(8)),
-            salt: u64_at(16),
+            crc: read_u32(bytes, 0),
+            len: read_u32(bytes, 4),
+            lsn: Lsn(read_u64(bytes, 8)),
+            salt: read_u64(bytes, 16),
         }
     }
 

@@ -35,6 +35,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::format::codec::{read_u32, read_u64};
 use crate::types::Lsn;
 
 /// Bytes reserved for the header block at the start of every segment.
@@ -103,19 +104,20 @@ impl SegmentHeader {
         if block.len() < HEADER_USED_BYTES || block[0..8] != MAGIC {
             return None;
         }
-        let stored_crc = le_u32(block, CRC_OFFSET);
-        if crc32c::crc32c(&block[..CRC_OFFSET]) != stored_crc || le_u32(block, 8) != FORMAT_VERSION
+        let stored_crc = read_u32(block, CRC_OFFSET);
+        if crc32c::crc32c(&block[..CRC_OFFSET]) != stored_crc
+            || read_u32(block, 8) != FORMAT_VERSION
         {
             return None;
         }
         let header = SegmentHeader {
-            seq: le_u64(block, 16),
-            salt: le_u64(block, 24),
-            prev_salt: le_u64(block, 32),
-            start_lsn: Lsn(le_u64(block, 40)),
-            segment_bytes: le_u64(block, 48),
-            db_id: le_u64(block, 56),
-            generation: le_u64(block, 64),
+            seq: read_u64(block, 16),
+            salt: read_u64(block, 24),
+            prev_salt: read_u64(block, 32),
+            start_lsn: Lsn(read_u64(block, 40)),
+            segment_bytes: read_u64(block, 48),
+            db_id: read_u64(block, 56),
+            generation: read_u64(block, 64),
         };
         header.is_plausible().then_some(header)
     }
@@ -134,18 +136,6 @@ impl SegmentHeader {
 pub(crate) fn is_valid_segment_bytes(segment_bytes: u64) -> bool {
     (MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&segment_bytes)
         && segment_bytes.is_multiple_of(HEADER_BLOCK_BYTES)
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    let mut raw = [0u8; 4];
-    raw.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(raw)
-}
-
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    let mut raw = [0u8; 8];
-    raw.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(raw)
 }
 
 /// File name of segment slot `slot` of the database file `db_name`.
