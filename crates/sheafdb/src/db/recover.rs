@@ -218,30 +218,18 @@ impl CfReplay {
             key_type: key_type.to_string(),
             value_type: value_type.to_string(),
         };
-        let st = &mut self.state;
-        btree::insert(
-            &mut st.pages,
-            &mut st.catalog,
-            name.as_bytes(),
-            &meta.encode(),
-        )?;
-        st.next_table = TableId(st.next_table.0.max(id.0 + 1));
-        st.catalog_changed = true;
-        st.tables
-            .insert(name.to_string(), TableState { meta, dirty: false });
+        self.state.catalog_create(name, meta)?;
         self.names.insert(id, name.to_string());
         Ok(())
     }
 
     fn drop_table(&mut self, id: TableId) -> Result<()> {
-        let mut root = self.table(id)?.root();
-        let name = self.names.remove(&id).expect("table() found it");
-        let st = &mut self.state;
-        btree::clear(&mut st.pages, &mut root)?;
-        btree::remove(&mut st.pages, &mut st.catalog, name.as_bytes())?;
-        st.tables.remove(&name);
-        st.catalog_changed = true;
-        Ok(())
+        let meta = self.table(id)?.meta.clone();
+        let name = self
+            .names
+            .remove(&id)
+            .ok_or_else(|| corrupt("dropped table has no name"))?;
+        self.state.catalog_drop(&name, &meta)
     }
 
     fn rename_table(&mut self, id: TableId, new_name: &str) -> Result<()> {
@@ -249,18 +237,7 @@ impl CfReplay {
         let old = self
             .names
             .insert(id, new_name.to_string())
-            .expect("table() found it");
-        let st = &mut self.state;
-        let t = st.tables.remove(&old).expect("loaded by table()");
-        btree::remove(&mut st.pages, &mut st.catalog, old.as_bytes())?;
-        btree::insert(
-            &mut st.pages,
-            &mut st.catalog,
-            new_name.as_bytes(),
-            &meta.encode(),
-        )?;
-        st.tables.insert(new_name.to_string(), t);
-        st.catalog_changed = true;
-        Ok(())
+            .ok_or_else(|| corrupt("renamed table has no name"))?;
+        self.state.catalog_rename(&old, new_name, meta)
     }
 }

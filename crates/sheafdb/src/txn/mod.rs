@@ -639,6 +639,55 @@ impl WriteState {
         }
     }
 
+    /// Catalog rule shared by the API and WAL replay: adds the new, empty
+    /// table `name` described by `meta` (its id at or past `next_table`).
+    pub fn catalog_create(&mut self, name: &str, meta: TableMeta) -> Result<()> {
+        debug_assert!(meta.root.is_none() && meta.len == 0, "a new table is empty");
+        btree::insert(
+            &mut self.pages,
+            &mut self.catalog,
+            name.as_bytes(),
+            &meta.encode(),
+        )?;
+        self.next_table = TableId(self.next_table.0.max(meta.id.0 + 1));
+        self.catalog_changed = true;
+        self.tables
+            .insert(name.to_string(), TableState { meta, dirty: false });
+        Ok(())
+    }
+
+    /// Catalog rule shared by the API and WAL replay: frees every page of
+    /// table `name` (whose current metadata is `meta`) and removes it.
+    pub fn catalog_drop(&mut self, name: &str, meta: &TableMeta) -> Result<()> {
+        let mut root = TreeRoot {
+            root: meta.root,
+            len: meta.len,
+        };
+        btree::clear(&mut self.pages, &mut root)?;
+        btree::remove(&mut self.pages, &mut self.catalog, name.as_bytes())?;
+        self.tables.remove(name);
+        self.catalog_changed = true;
+        Ok(())
+    }
+
+    /// Catalog rule shared by the API and WAL replay: moves table `from`
+    /// (whose current metadata, unflushed changes included, is `meta`) to
+    /// the name `to`; its cached state moves with it, clean.
+    pub fn catalog_rename(&mut self, from: &str, to: &str, meta: TableMeta) -> Result<()> {
+        self.tables.remove(from);
+        btree::remove(&mut self.pages, &mut self.catalog, from.as_bytes())?;
+        btree::insert(
+            &mut self.pages,
+            &mut self.catalog,
+            to.as_bytes(),
+            &meta.encode(),
+        )?;
+        self.tables
+            .insert(to.to_string(), TableState { meta, dirty: false });
+        self.catalog_changed = true;
+        Ok(())
+    }
+
     /// Records that an operation failed with `e` part-way (unless `e` is
     /// one of the errors raised before anything changes: an oversized key
     /// or value); returns `e`.
@@ -857,23 +906,24 @@ impl WriteTransaction {
             return Err(Error::TableAlreadyOpen(name.to_string()));
         }
         if !st.tables.contains_key(name) {
-            let meta = match lookup_table(&st.pages, &st.catalog, name)? {
-                Some(meta) => meta,
+            match lookup_table(&st.pages, &st.catalog, name)? {
+                Some(meta) => {
+                    st.tables
+                        .insert(name.to_string(), TableState { meta, dirty: false });
+                }
                 None => {
                     st.check_not_failed()?;
                     self.create_table::<K, V>(&mut st, name)
-                        .map_err(|e| st.fail(e))?
+                        .map_err(|e| st.fail(e))?;
                 }
-            };
-            st.tables
-                .insert(name.to_string(), TableState { meta, dirty: false });
+            }
         }
         check_types::<K, V>(name, &st.tables[name].meta)?;
         open.insert(name.to_string());
         Ok(Table::new(self, name.to_string()))
     }
 
-    fn create_table<K: Key, V: Value>(&self, st: &mut WriteState, name: &str) -> Result<TableMeta> {
+    fn create_table<K: Key, V: Value>(&self, st: &mut WriteState, name: &str) -> Result<()> {
         let meta = TableMeta {
             id: st.next_table,
             root: None,
@@ -881,17 +931,13 @@ impl WriteTransaction {
             key_type: K::type_name(),
             value_type: V::type_name(),
         };
-        st.next_table = TableId(st.next_table.0 + 1);
-        let WriteState { pages, catalog, .. } = &mut *st;
-        btree::insert(pages, catalog, name.as_bytes(), &meta.encode())?;
-        st.catalog_changed = true;
         st.log(&Op::CreateTable {
             table: meta.id,
             name,
             key_type: &meta.key_type,
             value_type: &meta.value_type,
         });
-        Ok(meta)
+        st.catalog_create(name, meta)
     }
 
     /// Called by a table handle when it is dropped.
@@ -916,16 +962,7 @@ impl WriteTransaction {
         let Some(meta) = st.table_meta(name)? else {
             return Ok(false);
         };
-        let WriteState { pages, catalog, .. } = &mut *st;
-        let mut root = TreeRoot {
-            root: meta.root,
-            len: meta.len,
-        };
-        let changed = btree::clear(pages, &mut root)
-            .and_then(|()| btree::remove(pages, catalog, name.as_bytes()));
-        changed.map_err(|e| st.fail(e))?;
-        st.tables.remove(name);
-        st.catalog_changed = true;
+        st.catalog_drop(name, &meta).map_err(|e| st.fail(e))?;
         st.log(&Op::DropTable { table: meta.id });
         Ok(true)
     }
@@ -944,14 +981,10 @@ impl WriteTransaction {
         if st.table_meta(to)?.is_some() {
             return Err(Error::TableExists(to.to_string()));
         }
-        st.tables.remove(from);
-        let WriteState { pages, catalog, .. } = &mut *st;
-        let changed = btree::remove(pages, catalog, from.as_bytes())
-            .and_then(|_| btree::insert(pages, catalog, to.as_bytes(), &meta.encode()));
-        changed.map_err(|e| st.fail(e))?;
-        st.catalog_changed = true;
+        let id = meta.id;
+        st.catalog_rename(from, to, meta).map_err(|e| st.fail(e))?;
         st.log(&Op::RenameTable {
-            table: meta.id,
+            table: id,
             new_name: to,
         });
         Ok(())
