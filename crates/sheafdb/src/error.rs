@@ -1,4 +1,4 @@
-//! The one error type of the crate (DESIGN §10).
+//! The one error type of the crate (design.md §10).
 //!
 //! Variants are things a caller can act on. File contents never cause a
 //! panic: every decoder returns `Error::Corrupted` naming what and where.

@@ -1,4 +1,4 @@
-//! I/O error injection (DESIGN §12): fail the N-th storage operation, for
+//! I/O error injection (design.md §12): fail the N-th storage operation, for
 //! every N over a workload, with EIO, ENOSPC and short writes. Each run
 //! must end in `Ok` or an error (never a panic), and a reopen must show a
 //! committed prefix: the last acknowledged commit or the failed one.

@@ -1,4 +1,4 @@
-//! Power-loss simulation (DESIGN §12): random workloads on the
+//! Power-loss simulation (design.md §12): random workloads on the
 //! fault-injecting storage lose power at a random operation; the disk then
 //! keeps, drops or tears every unsynced write. After reopen the state must
 //! equal the model at the last acknowledged commit or the one in flight,

@@ -1,4 +1,4 @@
-//! Space reuse (DESIGN §5): rewriting the same keys keeps the file size
+//! Space reuse (design.md §5): rewriting the same keys keeps the file size
 //! stable; a snapshot pins the pages it reads until it is dropped; a tree
 //! that shrinks gives its pages back.
 

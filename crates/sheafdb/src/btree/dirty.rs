@@ -3,7 +3,7 @@
 //! With copy-on-write, the runs a version created since the last checkpoint
 //! form a connected top part of each tree (a changed page's parent changed
 //! too), so a walk from the root that descends only into dirty runs finds
-//! all of them while reading nothing else (DESIGN §6 step 2).
+//! all of them while reading nothing else (design.md §6 step 2).
 //!
 //! Must not know: how dirtiness is tracked (the caller passes a predicate),
 //! files, transactions.

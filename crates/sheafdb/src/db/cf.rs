@@ -1,4 +1,4 @@
-//! Column families (DESIGN §8): creation and drop through the WAL, the
+//! Column families (design.md §8): creation and drop through the WAL, the
 //! `ColumnFamily` handle, per-CF statistics.
 //!
 //! Creating or dropping a CF appends one small record and waits for its

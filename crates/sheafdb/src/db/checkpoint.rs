@@ -1,4 +1,4 @@
-//! The checkpoint protocol (DESIGN §6).
+//! The checkpoint protocol (design.md §6).
 //!
 //! 1. For each CF with unpersisted commits, take its latest published
 //!    version `S_c` as a snapshot (its pages stay alive) and its LSN `L_c`.
@@ -23,7 +23,7 @@
 //! current base, and pages the base uses are never reused before a later
 //! base drops them), so a crash recovers the previous base plus the WAL. A
 //! torn superblock write fails its checksum and the other slot is used.
-//! Invariant 4 (DESIGN §11): data synced before the superblock that
+//! Invariant 4 (design.md §11): data synced before the superblock that
 //! references it; generations strictly increase.
 
 use std::collections::HashMap;
@@ -459,7 +459,7 @@ fn plan(
 /// The lowest WAL position a recovery may need after this checkpoint:
 /// the end of the checkpointed version of every CF that has later commits;
 /// a CF whose latest commit is in its (new) base does not pin the log,
-/// whether or not a write transaction is open on it (DESIGN §6.6).
+/// whether or not a write transaction is open on it (design.md §6.6).
 ///
 /// `log_end` was sampled before this call, so every record appended
 /// before it has been installed as its CF's head by the time the CF's

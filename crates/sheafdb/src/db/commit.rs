@@ -1,4 +1,4 @@
-//! The commit path (DESIGN §4).
+//! The commit path (design.md §4).
 //!
 //! A logged commit: (a) append the transaction's logical record to the WAL
 //! (one short critical section, assigns the LSN); make the new version the
@@ -14,7 +14,7 @@
 //! published, writes the CF's dirty pages and a new superblock, then
 //! publishes. Either way the effect is atomic.
 //!
-//! Any failed WAL write or sync poisons the database (DESIGN §4.1).
+//! Any failed WAL write or sync poisons the database (design.md §4.1).
 
 use std::sync::Arc;
 
@@ -269,7 +269,7 @@ impl DbShared {
         );
         debug_assert!(
             lsn >= slot.head.lsn,
-            "DESIGN §11.6: a CF's LSNs must not go backwards"
+            "design.md §11.6: a CF's LSNs must not go backwards"
         );
         let ps = self.pager.page_size();
         let runs = st.pages.private_runs();

@@ -1,4 +1,4 @@
-//! `check_integrity` (DESIGN §11): checksums, tree order and key bounds,
+//! `check_integrity` (design.md §11): checksums, tree order and key bounds,
 //! page ownership, allocator agreement and catalog counts.
 //!
 //! Runs with the checkpoint lock and every CF writer lock held, so it sees

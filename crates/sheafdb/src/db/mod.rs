@@ -585,14 +585,14 @@ impl Database {
     }
 
     /// Verifies checksums, tree order and key bounds, page ownership,
-    /// allocator agreement and catalog counts (DESIGN §11).
+    /// allocator agreement and catalog counts (design.md §11).
     pub fn check_integrity(&self) -> Result<IntegrityReport> {
         self.shared.check_not_closed()?;
         integrity::check(&self.shared)
     }
 
     /// Writes every published commit into the data file and lets the WAL
-    /// behind it be recycled (DESIGN §6). Readers and writers keep running.
+    /// behind it be recycled (design.md §6). Readers and writers keep running.
     pub fn checkpoint(&self) -> Result<()> {
         self.shared.check_open()?;
         self.shared.checkpoint_all()

@@ -1,4 +1,4 @@
-//! Opening, creating and recovering a database (DESIGN §7).
+//! Opening, creating and recovering a database (design.md §7).
 //!
 //! Open reads the two superblock slots, the metadata blob (extent table and
 //! system free space) and the system tree (CF descriptors). It never walks
@@ -103,7 +103,7 @@ fn wal_options(opts: &Builder) -> Result<WalOptions> {
     Ok(w)
 }
 
-/// Opens the WAL beside the data file and replays it (DESIGN §7 step 4).
+/// Opens the WAL beside the data file and replays it (design.md §7 step 4).
 fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()> {
     let from = shared.sys.lock().replay_lsn.max(FIRST_LSN);
     let opts = wal_options_for(shared);

@@ -1,4 +1,4 @@
-//! WAL replay at open (DESIGN §7 step 4).
+//! WAL replay at open (design.md §7 step 4).
 //!
 //! Records are applied in LSN order. A CF's part of a record is applied
 //! only if the record starts at or after the CF's checkpoint LSN (older

@@ -1,4 +1,4 @@
-//! The superblock: the root of everything durable (DESIGN §2.1).
+//! The superblock: the root of everything durable (design.md §2.1).
 //!
 //! Two slots, at pages 0 and 1. A slot is written only when it is not the
 //! current one, so a torn write destroys at most the slot being written.

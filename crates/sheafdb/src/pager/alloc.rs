@@ -2,7 +2,7 @@
 //!
 //! The file is carved into *extents*, each owned by one CF (or free). A CF
 //! allocates pages only inside its own extents, without any global lock;
-//! only claiming a new extent takes the extent-map lock (DESIGN §8).
+//! only claiming a new extent takes the extent-map lock (design.md §8).
 //!
 //! A CF allocator keeps two sets:
 //! - `free`: pages that may be handed out now;

@@ -5,7 +5,7 @@
 //! remove, list, directory sync, exclusive lock). Implementations:
 //! - [`file::FsVfs`]: real files (pread/pwrite/pwritev, fdatasync, flock);
 //! - [`mem::MemVfs`]: in-memory, for tests and ephemeral databases;
-//! - [`sim::SimVfs`]: fault-injecting simulation of DESIGN §12 (durable image
+//! - [`sim::SimVfs`]: fault-injecting simulation of design.md §12 (durable image
 //!   plus unsynced writes; `crash()` keeps, drops or tears each unsynced write
 //!   per 512-byte sector; fails the N-th operation on request).
 //!

@@ -1,4 +1,4 @@
-//! Fault-injecting simulation of a disk and its directory (DESIGN §12).
+//! Fault-injecting simulation of a disk and its directory (design.md §12).
 //!
 //! Owns: [`SimVfs`], an in-memory [`Vfs`] that remembers what a power loss
 //! could leave behind, builds such post-crash states on request

@@ -8,14 +8,14 @@
 //! - one write transaction per CF at a time (its writer lock); it starts
 //!   from the CF's `head` (latest *committed* version), which may be ahead
 //!   of the published one because the lock is released right after the WAL
-//!   append (early lock release, DESIGN §4.3b);
+//!   append (early lock release, design.md §4.3b);
 //! - `begin_read` only loads the published version (`ArcSwap`), taking no
 //!   lock a writer holds;
 //! - versions of a CF are published in commit (= LSN) order, each once it
 //!   is as durable as its mode promises and every earlier one is published
-//!   (`PublishQueue`, DESIGN §4.3d);
+//!   (`PublishQueue`, design.md §4.3d);
 //! - a snapshot holds its version's [`ReclaimBatch`], so no page it can
-//!   reach is reused while it lives (DESIGN §5).
+//!   reach is reused while it lives (design.md §5).
 
 pub mod pages;
 
@@ -37,7 +37,7 @@ use crate::wal::record::{CommitEncoder, Op};
 
 use pages::{ReadPages, TxnPages};
 
-/// How durable a commit is when `commit()` returns (DESIGN §9).
+/// How durable a commit is when `commit()` returns (design.md §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
     /// Survives power loss when `commit` returns (default).
@@ -313,7 +313,7 @@ impl CfShared {
             debug_assert!(v.version > cur.version, "publication went backwards");
             debug_assert!(
                 v.lsn >= cur.lsn,
-                "DESIGN §11.6: published LSNs went backwards"
+                "design.md §11.6: published LSNs went backwards"
             );
             self.current.store(v.clone());
             on_publish(&v);
@@ -367,7 +367,7 @@ impl CfShared {
         );
         debug_assert!(
             version.lsn >= self.current.load().lsn,
-            "DESIGN §11.6: LSNs went backwards"
+            "design.md §11.6: LSNs went backwards"
         );
         self.current.store(version.clone());
         self.published.notify_all();

@@ -1,7 +1,7 @@
 //! Page stores the B+tree runs on: one for snapshots, one for write
 //! transactions (copy-on-write over a snapshot).
 //!
-//! Lookup order (DESIGN §5): transaction-private runs, then the pager
+//! Lookup order (design.md §5): transaction-private runs, then the pager
 //! (committed dirty runs, clean cache, data file).
 //!
 //! Invariants: a private run is in `private` from `alloc` until it is freed

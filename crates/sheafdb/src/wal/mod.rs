@@ -24,7 +24,7 @@
 //! record of a new log has LSN [`FIRST_LSN`] (4096), so `Lsn(0)` means
 //! "before every record".
 //!
-//! # Group commit (DESIGN §4.1)
+//! # Group commit (design.md §4.1)
 //!
 //! One state behind a mutex: the pending steps (encoded frames and segment
 //! switches), `written_lsn`, `synced_lsn`, and `io_in_progress`. A caller
@@ -48,7 +48,7 @@
 //!
 //! - `synced_lsn <= written_lsn <= next_lsn`; `synced_lsn` never exceeds
 //!   the end of the last record actually written before the sync that set
-//!   it (DESIGN §11.5): it is set only from the steps the leader wrote.
+//!   it (design.md §11.5): it is set only from the steps the leader wrote.
 //! - Watermarks only grow; pending steps are in LSN order.
 //! - A segment slot is reused only when its use lies wholly below the
 //!   release point; a reused segment gets a new sequence number, salt and
@@ -463,7 +463,7 @@ impl Wal {
         }
     }
 
-    /// The group-commit loop of DESIGN §4.1.
+    /// The group-commit loop of design.md §4.1.
     fn wait_for(&self, end: Lsn, need: Need) -> Result<()> {
         let mut st = self.state.lock();
         loop {

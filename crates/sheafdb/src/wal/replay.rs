@@ -1,4 +1,4 @@
-//! Opening the segment files and replaying the log (DESIGN §7).
+//! Opening the segment files and replaying the log (design.md §7).
 //!
 //! Owns: finding segment files, reading their headers, choosing the chain
 //! of uses that forms the log, and walking its frames in LSN order.
