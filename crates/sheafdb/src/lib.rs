@@ -31,7 +31,8 @@ pub mod types;
 pub mod wal;
 
 pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport, MemoryStats};
+pub use db::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
 pub use error::{Error, Location, PoisonCause, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};
 pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};
-pub use txn::{Durability, MultiWriteTransaction, ReadTransaction, WriteTransaction};
+pub use txn::Durability;

@@ -15,7 +15,11 @@ use super::{Database, DbShared};
 use crate::error::{Error, Result};
 use crate::format::records::CfDescriptor;
 use crate::pager::alloc::CfAllocator;
-use crate::txn::{CfShared, MultiWriteTransaction, ReadTransaction, WriteTransaction};
+use crate::txn::CfShared;
+
+use super::transaction::{
+    table_len_untyped, MultiWriteTransaction, ReadTransaction, WriteTransaction,
+};
 use crate::types::{CfId, Lsn, TableId, Version};
 use crate::wal::record::{CfPart, Op};
 
@@ -100,12 +104,12 @@ impl ColumnFamily {
         let rx = self.begin_read()?;
         let mut stats = CfStats::default();
         for name in rx.list_tables()? {
-            let (len, _) = crate::txn::table_len_untyped(&rx, &name)?;
+            let (len, _) = table_len_untyped(&rx, &name)?;
             stats.tables += 1;
             stats.entries += len;
         }
         let a = self.cf.alloc.lock();
-        let ps = self.shared.pager.page_size() as u64;
+        let ps = self.shared.space.pager.page_size() as u64;
         let extent_pages: u64 = a.extents().iter().map(|e| e.pages).sum();
         stats.extents = a.extents().len() as u64;
         stats.extent_bytes = extent_pages * ps;
@@ -148,7 +152,7 @@ impl DbShared {
             version: Version(0),
             free: vec![],
         };
-        let alloc = CfAllocator::new(id, self.policy, vec![], &[])?;
+        let alloc = CfAllocator::new(id, self.space.policy, vec![], &[])?;
         let cf = super::open::new_cf(self, id, name.to_string(), alloc, &desc);
         // Version 1 is the creation itself: newer than the (empty) durable
         // base, so the next checkpoint records the CF.

@@ -158,7 +158,7 @@ impl DbShared {
                 a.pinned_unwritten(s.version),
             )
         };
-        let store = ReadPages::new(self.clone(), p.cf.id);
+        let store = ReadPages::new(self.space.clone(), p.cf.id);
         let mut runs = Vec::new();
         if !dirty.is_empty() {
             collect_cf_dirty(&store, &s.catalog, &dirty, &mut runs)?;
@@ -189,14 +189,14 @@ impl DbShared {
         dirty: &HashMap<PageId, u32>,
         runs: &mut Vec<(PageId, PageRef)>,
     ) -> Vec<(PageId, u32)> {
-        let ps = self.pager.page_size();
+        let ps = self.space.pager.page_size();
         let mut spilled = Vec::new();
         for &(id, n) in pinned {
             debug_assert!(
                 !dirty.contains_key(&id),
                 "run {id} both live and superseded"
             );
-            let Some(page) = self.pager.cache().get(id) else {
+            let Some(page) = self.space.pager.cache().get(id) else {
                 continue;
             };
             if page.len() != n as usize * ps || page.page_id() != id {
@@ -217,7 +217,7 @@ impl DbShared {
         descriptors: Vec<(CfId, Option<CfDescriptor>)>,
         replay_lsn: Lsn,
     ) -> Result<()> {
-        let extents = self.extents.lock().clone();
+        let extents = self.space.extents.lock().clone();
         let all = |cf: CfId| Some(extents.extents_of(cf));
         self.write_checkpoint_with(sys, runs, descriptors, replay_lsn, &all)
     }
@@ -232,7 +232,7 @@ impl DbShared {
         replay_lsn: Lsn,
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<()> {
-        let mut sp = TxnPages::new(self.clone(), CfId::SYSTEM, sys.alloc.clone());
+        let mut sp = TxnPages::new(self.space.clone(), CfId::SYSTEM, sys.alloc.clone());
         let result =
             self.write_checkpoint_inner(sys, &mut sp, runs, descriptors, replay_lsn, persisted);
         if result.is_err() {
@@ -272,14 +272,14 @@ impl DbShared {
         let system_runs = sp.private_runs();
         let mut all: Vec<(PageId, PageRef)> = runs.to_vec();
         all.extend(system_runs.iter().cloned());
-        self.pager.write_runs(&all)?;
-        self.pager.sync()?;
+        self.space.pager.write_runs(&all)?;
+        self.space.pager.sync()?;
         // O4: clean only now. CF runs: only if still the cached copy (a
         // spilled run may have been reused). System runs: only this
         // checkpoint writes system pages, so their entries are replaced
         // (a reused system page may have a stale entry).
-        self.pager.mark_clean(runs);
-        self.pager.cache_clean(&system_runs);
+        self.space.pager.mark_clean(runs);
+        self.space.pager.cache_clean(&system_runs);
         // Ordering rule O1: every LSN the new superblock names is durable
         // in the WAL before the superblock is written.
         let named = descriptors
@@ -289,10 +289,10 @@ impl DbShared {
         self.wal_durable_through(named)?;
         let written_pages = all
             .iter()
-            .map(|(id, p)| id.0 + (p.len() / self.pager.page_size()) as u64)
+            .map(|(id, p)| id.0 + (p.len() / self.space.pager.page_size()) as u64)
             .fold(sys.written_pages, u64::max);
         let sb = Superblock {
-            page_size: self.pager.page_size() as u32,
+            page_size: self.space.pager.page_size() as u32,
             generation: sys.generation + 1,
             sys_root: root.root,
             sys_len: root.len,
@@ -306,9 +306,9 @@ impl DbShared {
             written_pages,
         };
         let slot = 1 - sys.slot;
-        let offset = slot as u64 * self.pager.page_size() as u64;
-        self.pager.storage().write_at(offset, &sb.encode())?;
-        self.pager.sync()?;
+        let offset = slot as u64 * self.space.pager.page_size() as u64;
+        self.space.pager.storage().write_at(offset, &sb.encode())?;
+        self.space.pager.sync()?;
         // The new base is durable.
         sys.generation += 1;
         if let Some(wal) = self.wal_if_open() {
@@ -323,7 +323,7 @@ impl DbShared {
         let allocated: Vec<(PageId, u32)> = sp
             .private_runs()
             .iter()
-            .map(|(id, p)| (*id, (p.len() / self.pager.page_size()) as u32))
+            .map(|(id, p)| (*id, (p.len() / self.space.pager.page_size()) as u32))
             .collect();
         sp.mark_committed();
         alloc.commit(Version(sys.generation), &allocated, &[]);
@@ -346,7 +346,7 @@ impl DbShared {
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<MetaRun> {
         use crate::btree::store::PageWrite;
-        let ps = self.pager.page_size();
+        let ps = self.space.pager.page_size();
         let mut slack = 256usize;
         for _attempt in 0..8 {
             let estimate = self.encode_meta(sys_alloc, released, persisted).0.len() + slack;
@@ -386,7 +386,7 @@ impl DbShared {
         let mut sys_free = sys_alloc.lock().free_set().clone();
         let ok = sys_free.insert_all(released);
         assert!(ok, "released system pages were already free");
-        let extents = self.extents.lock();
+        let extents = self.space.extents.lock();
         let file_pages = extents.file_pages();
         let blob = MetaBlob {
             file_pages,
@@ -418,9 +418,9 @@ impl DbShared {
             }
             let runs = cf.alloc.lock().discard_all();
             for (id, _) in runs {
-                self.pager.forget(id);
+                self.space.pager.forget(id);
             }
-            self.extents.lock().release_all(cf.id);
+            self.space.extents.lock().release_all(cf.id);
             self.dropped.lock().retain(|c| c.id != cf.id);
         }
     }

@@ -271,10 +271,10 @@ impl DbShared {
             lsn >= slot.head.lsn,
             "design.md §11.6: a CF's LSNs must not go backwards"
         );
-        let ps = self.pager.page_size();
+        let ps = self.space.pager.page_size();
         let runs = st.pages.private_runs();
         let freed = st.pages.take_freed();
-        self.pager.install_dirty(&runs);
+        self.space.pager.install_dirty(&runs);
         let allocated: Vec<(PageId, u32)> = runs
             .iter()
             .map(|(id, p)| (*id, (p.len() / ps) as u32))

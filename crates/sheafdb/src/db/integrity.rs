@@ -116,7 +116,7 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
     let sys = shared.sys.lock();
     let mut report = IntegrityReport::default();
 
-    let sys_pages = ReadPages::new(shared.clone(), CfId::SYSTEM);
+    let sys_pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
     let mut sys_used = RangeSet::new();
     walk_into(&sys_pages, &sys.root, &mut sys_used)?;
     if let Some((p, n)) = sys.meta_run {
@@ -177,7 +177,7 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
 fn check_one(shared: &Arc<DbShared>, cf: &Arc<crate::txn::CfShared>) -> Result<IntegrityReport> {
     let mut report = IntegrityReport::default();
     let version = cf.current.load_full();
-    let pages = ReadPages::new(shared.clone(), cf.id);
+    let pages = ReadPages::new(shared.space.clone(), cf.id);
     let mut used = RangeSet::new();
     let n_tables = walk_into(&pages, &version.catalog, &mut used)?;
     let mut cursor = btree::Cursor::new(&version.catalog, Bound::Unbounded, Bound::Unbounded);

@@ -17,6 +17,7 @@ mod commit;
 mod integrity;
 mod open;
 mod recover;
+mod transaction;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,16 +30,17 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::btree::TreeRoot;
 use crate::error::{Error, PoisonCause, Result};
 use crate::format::page::DEFAULT_PAGE_SIZE;
-use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy};
-use crate::pager::Pager;
+use crate::pager::alloc::{CfAllocator, ExtentPolicy};
+use crate::pager::space::PageSpace;
 use crate::storage::file::FsVfs;
 use crate::storage::{LockGuard, Vfs};
-use crate::txn::{CfShared, Durability, ReadTransaction, WriteTransaction};
+use crate::txn::{CfShared, Durability};
 use crate::types::{CfId, Lsn, PageId};
 use crate::wal::{FlusherHandle, Wal};
 
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use integrity::IntegrityReport;
+pub use transaction::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
 
 /// The system CF's extents: small, they hold only metadata.
 const SYS_EXTENT_POLICY: ExtentPolicy = ExtentPolicy {
@@ -120,11 +122,10 @@ struct SignalState {
 /// Everything shared by the handles of one open database.
 #[derive(Debug)]
 pub(crate) struct DbShared {
-    pub pager: Pager,
-    pub extents: Mutex<ExtentMap>,
+    /// Pager, extents and extent policy: all a page store needs.
+    pub space: Arc<PageSpace>,
     pub sys: Mutex<SysState>,
     pub cfs: RwLock<BTreeMap<CfId, Arc<CfShared>>>,
-    pub policy: ExtentPolicy,
     pub options: Options,
     /// Every CF's published version, for database-wide snapshots.
     pub snapshot: arc_swap::ArcSwap<crate::txn::DbVersion>,
@@ -270,7 +271,7 @@ impl DbShared {
 
     /// Bytes committed since the durable base, over all CFs.
     pub fn dirty_bytes(&self) -> u64 {
-        self.dirty_pages.load(Ordering::Relaxed) * self.pager.page_size() as u64
+        self.dirty_pages.load(Ordering::Relaxed) * self.space.pager.page_size() as u64
     }
 
     /// Asks the background checkpointer to run soon.
@@ -623,7 +624,7 @@ impl Database {
     /// budget) and dirty runs (committed, or pinned by old snapshots, and
     /// not yet written: bounded by the checkpoint triggers).
     pub fn memory_stats(&self) -> MemoryStats {
-        let cache = self.shared.pager.cache();
+        let cache = self.shared.space.pager.cache();
         MemoryStats {
             clean_bytes: cache.bytes() as u64,
             dirty_bytes: cache.dirty_bytes() as u64,
@@ -644,12 +645,12 @@ impl Database {
 
     /// Page size of the file.
     pub fn page_size(&self) -> usize {
-        self.shared.pager.page_size()
+        self.shared.space.pager.page_size()
     }
 
     /// Length of the data file in bytes, as recorded by the last checkpoint.
     pub fn file_len_bytes(&self) -> u64 {
-        self.shared.extents.lock().file_pages() * self.page_size() as u64
+        self.shared.space.extents.lock().file_pages() * self.page_size() as u64
     }
 
     /// Closes cleanly: waits for commits in flight, stops background work

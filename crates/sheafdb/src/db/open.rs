@@ -19,6 +19,7 @@ use crate::format::page::{PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::records::{decode_cf_key, CfDescriptor, MetaBlob};
 use crate::format::superblock::{fresh_db_id, valid_page_size, Slot, Superblock, SLOT_LEN};
 use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy, ReclaimBatch};
+use crate::pager::space::PageSpace;
 use crate::pager::Pager;
 use crate::storage::{OpenMode, Storage, Vfs};
 use crate::txn::pages::ReadPages;
@@ -297,11 +298,13 @@ fn new_shared(
     let next_cf = sys.next_cf;
     wal_options(opts)?;
     Ok(Arc::new(DbShared {
-        pager: Pager::new(storage, page_size, opts.cache_bytes),
-        extents: Mutex::new(extents),
+        space: Arc::new(PageSpace::new(
+            Pager::new(storage, page_size, opts.cache_bytes),
+            extents,
+            user_policy(opts, page_size),
+        )),
         sys: Mutex::new(sys),
         cfs: RwLock::new(BTreeMap::new()),
-        policy: user_policy(opts, page_size),
         options: opts.options.clone(),
         snapshot: arc_swap::ArcSwap::from_pointee(crate::txn::DbVersion::default()),
         next_cf: AtomicU64::new(next_cf.0),
@@ -379,7 +382,7 @@ fn create_new(
         version: Version(0),
         free: vec![],
     };
-    let alloc = CfAllocator::new(CfId::DEFAULT, shared.policy, vec![], &[])?;
+    let alloc = CfAllocator::new(CfId::DEFAULT, shared.space.policy, vec![], &[])?;
     let cf = new_cf(&shared, CfId::DEFAULT, desc.name.clone(), alloc, &desc);
     shared.register_cf(Arc::new(cf));
     {
@@ -486,17 +489,17 @@ fn current_slot(storage: &dyn Storage, ps: usize, sb: &Superblock) -> Result<u8>
 
 fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
     let root = shared.sys.lock().root;
-    let pages = ReadPages::new(shared.clone(), CfId::SYSTEM);
+    let pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
     let mut cursor = btree::Cursor::new(
         &root,
         Bound::Included(b"C".as_slice()),
         Bound::Excluded(b"D".as_slice()),
     );
-    let extents = shared.extents.lock().clone();
+    let extents = shared.space.extents.lock().clone();
     while let Some((k, v)) = cursor.next(&pages)? {
         let id = decode_cf_key(k.as_slice())?;
         let desc = CfDescriptor::decode(v.as_slice())?;
-        let alloc = CfAllocator::new(id, shared.policy, extents.extents_of(id), &desc.free)?;
+        let alloc = CfAllocator::new(id, shared.space.policy, extents.extents_of(id), &desc.free)?;
         let cf = new_cf(shared, id, desc.name.clone(), alloc, &desc);
         shared.register_cf(Arc::new(cf));
     }

@@ -130,7 +130,7 @@ impl Replayer {
 impl CfReplay {
     fn new(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<CfReplay> {
         let base = cf.writer.lock().head.clone();
-        let state = WriteState::new(shared, &cf, base, None);
+        let state = WriteState::new(shared.space.clone(), &cf, base, None);
         let mut names = HashMap::new();
         let mut cursor = btree::Cursor::new(&state.catalog, Bound::Unbounded, Bound::Unbounded);
         while let Some((k, v)) = cursor.next(&state.pages)? {

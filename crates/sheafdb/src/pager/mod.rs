@@ -13,6 +13,7 @@
 pub mod alloc;
 pub mod cache;
 pub mod ranges;
+pub mod space;
 
 use std::sync::Arc;
 

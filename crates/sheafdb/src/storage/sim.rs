@@ -729,7 +729,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let vfs = SimVfs::new();
         let sim = create(&vfs, "a");
-        let mem = super::super::mem::MemFile::default();
+        let mem = crate::storage::mem::MemFile::default();
         for _ in 0..2000 {
             match rng.gen_range(0..10) {
                 0 => {

@@ -19,7 +19,7 @@ use crate::btree::{self, Bytes, Cursor, TreeRoot};
 use crate::error::{Error, Result};
 use crate::table::types::{Key, Value};
 use crate::txn::pages::ReadPages;
-use crate::txn::{CfVersion, WriteState, WriteTransaction};
+use crate::txn::{CfVersion, WriteCore, WriteState};
 use crate::types::TableId;
 use crate::wal::record::Op;
 
@@ -134,7 +134,7 @@ fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 enum Source<'t> {
     /// The version is held so the snapshot's pages stay alive.
     Read(ReadPages, #[allow(dead_code)] Arc<CfVersion>),
-    Write(&'t WriteTransaction),
+    Write(&'t WriteCore),
 }
 
 /// A double-ended iterator over a key range, yielding `(key, value)` guards.
@@ -287,7 +287,7 @@ fn log_popped(st: &mut WriteState, table: TableId, popped: &Option<(Bytes, Bytes
 /// A table open in a write transaction. Reads see the transaction's own
 /// writes.
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
-    txn: &'txn WriteTransaction,
+    txn: &'txn WriteCore,
     name: String,
     _kv: PhantomData<fn() -> (K, V)>,
 }
@@ -305,7 +305,7 @@ impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
 }
 
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
-    pub(crate) fn new(txn: &'txn WriteTransaction, name: String) -> Self {
+    pub(crate) fn new(txn: &'txn WriteCore, name: String) -> Self {
         Table {
             txn,
             name,

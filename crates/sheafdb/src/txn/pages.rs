@@ -18,33 +18,32 @@ use crate::btree::store::{PageRead, PageWrite};
 use crate::error::{Error, Result};
 use crate::format::page::{PageBuf, PageRef};
 use crate::pager::alloc::CfAllocator;
+use crate::pager::space::PageSpace;
 use crate::types::{CfId, IdMap, PageId};
-
-use crate::db::DbShared;
 
 /// Read-only access to committed pages of one CF.
 #[derive(Clone, Debug)]
 pub struct ReadPages {
-    shared: Arc<DbShared>,
+    space: Arc<PageSpace>,
     cf: CfId,
 }
 
 impl ReadPages {
     /// Pages of `cf`.
-    pub(crate) fn new(shared: Arc<DbShared>, cf: CfId) -> ReadPages {
-        ReadPages { shared, cf }
+    pub(crate) fn new(space: Arc<PageSpace>, cf: CfId) -> ReadPages {
+        ReadPages { space, cf }
     }
 }
 
 impl PageRead for ReadPages {
     fn page_size(&self) -> usize {
-        self.shared.pager.page_size()
+        self.space.pager.page_size()
     }
     fn cf(&self) -> CfId {
         self.cf
     }
     fn read_run(&self, id: PageId, npages: u32) -> Result<PageRef> {
-        self.shared.pager.read_run(id, npages, self.cf)
+        self.space.pager.read_run(id, npages, self.cf)
     }
 }
 
@@ -52,7 +51,7 @@ impl PageRead for ReadPages {
 /// the system tree during a checkpoint).
 #[derive(Debug)]
 pub struct TxnPages {
-    shared: Arc<DbShared>,
+    space: Arc<PageSpace>,
     cf: CfId,
     alloc: Arc<Mutex<CfAllocator>>,
     /// Private runs; an allocated run holds an empty placeholder until
@@ -65,9 +64,9 @@ pub struct TxnPages {
 
 impl TxnPages {
     /// A fresh store allocating from `alloc`.
-    pub(crate) fn new(shared: Arc<DbShared>, cf: CfId, alloc: Arc<Mutex<CfAllocator>>) -> TxnPages {
+    pub(crate) fn new(space: Arc<PageSpace>, cf: CfId, alloc: Arc<Mutex<CfAllocator>>) -> TxnPages {
         TxnPages {
-            shared,
+            space,
             cf,
             alloc,
             private: IdMap::default(),
@@ -122,7 +121,7 @@ impl TxnPages {
 
 impl PageRead for TxnPages {
     fn page_size(&self) -> usize {
-        self.shared.pager.page_size()
+        self.space.pager.page_size()
     }
     fn cf(&self) -> CfId {
         self.cf
@@ -134,7 +133,7 @@ impl PageRead for TxnPages {
             }
             return Ok(p.clone());
         }
-        self.shared.pager.read_run(id, npages, self.cf)
+        self.space.pager.read_run(id, npages, self.cf)
     }
 }
 
@@ -146,11 +145,11 @@ impl PageWrite for TxnPages {
     fn alloc(&mut self, npages: u32) -> Result<PageId> {
         let (id, stale) = {
             let mut a = self.alloc.lock();
-            let id = a.alloc(npages, &self.shared.extents);
+            let id = a.alloc(npages, &self.space.extents);
             (id, a.take_unwritten_freed())
         };
         for s in stale {
-            self.shared.pager.forget(s);
+            self.space.pager.forget(s);
         }
         // A stale cached copy of `id` needs no removal here: no snapshot
         // can reach `id` (it was free), reads in this transaction find the
@@ -176,7 +175,7 @@ impl PageWrite for TxnPages {
             .get_mut(&id)
             .unwrap_or_else(|| panic!("install of non-private page {id}"));
         debug_assert_eq!(
-            self.sizes[&id] as usize * self.shared.pager.page_size(),
+            self.sizes[&id] as usize * self.space.pager.page_size(),
             page.len(),
             "installed run has another length than allocated"
         );

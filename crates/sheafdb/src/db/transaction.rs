@@ -1,0 +1,421 @@
+//! The public transaction types: snapshots ([`ReadTransaction`]), write
+//! transactions on one CF ([`WriteTransaction`]) and over several
+//! ([`MultiWriteTransaction`]).
+//!
+//! They live with the engine they call (commit, durability waits, the
+//! dirty-page stall); the state they drive is `txn::WriteCore`, which is
+//! all a table handle sees.
+//!
+//! Invariants: a write transaction holds its CF's writer lock from begin
+//! until commit or abort (a multi-CF one takes its CFs' locks in ascending
+//! id order); a dropped, uncommitted transaction gives every private page
+//! back.
+
+use std::sync::Arc;
+
+use crate::btree::TreeRoot;
+use crate::error::{Error, Result};
+use crate::table::types::{Key, TableDefinition, Value};
+use crate::table::{ReadOnlyTable, Table};
+use crate::txn::pages::ReadPages;
+use crate::txn::{
+    check_table_name, check_types, list_catalog, lookup_table, CfShared, CfVersion, DbVersion,
+    Durability, WriteCore, WriteState, WriterGuard,
+};
+use crate::types::{CfId, TableId};
+
+use super::{ColumnFamily, DbShared};
+
+/// What a read transaction pins: one CF's version, or every CF's.
+#[derive(Debug)]
+enum Snap {
+    One(CfId, Arc<CfVersion>),
+    All(Arc<DbVersion>),
+}
+
+/// A consistent read-only snapshot. Never blocks writers and is never
+/// blocked by them. From `Database::begin_read` it covers every column
+/// family at one instant (a multi-CF commit is visible in all its CFs or in
+/// none); from `ColumnFamily::begin_read` it covers that CF only.
+/// `open_table` reads the *home* CF (the default CF, or the one it was
+/// taken from); `open_table_in` reads any CF the snapshot covers.
+#[derive(Debug)]
+pub struct ReadTransaction {
+    shared: Arc<DbShared>,
+    home: CfId,
+    snap: Snap,
+}
+
+impl ReadTransaction {
+    /// A snapshot of one CF.
+    pub(crate) fn for_cf(shared: Arc<DbShared>, cf: &CfShared) -> ReadTransaction {
+        ReadTransaction {
+            shared,
+            home: cf.id,
+            snap: Snap::One(cf.id, cf.current.load_full()),
+        }
+    }
+
+    /// A snapshot of every CF; the home CF is the default one.
+    pub(crate) fn for_db(shared: Arc<DbShared>) -> ReadTransaction {
+        let all = shared.snapshot.load_full();
+        ReadTransaction {
+            shared,
+            home: CfId::DEFAULT,
+            snap: Snap::All(all),
+        }
+    }
+
+    fn version_of(&self, cf: CfId, name: &str) -> Result<(ReadPages, Arc<CfVersion>)> {
+        let v = match &self.snap {
+            Snap::One(id, v) if *id == cf => Some(v.clone()),
+            Snap::One(..) => None,
+            Snap::All(all) => all.get(cf).cloned(),
+        };
+        let v = v.ok_or_else(|| Error::CfNotFound(name.to_string()))?;
+        Ok((ReadPages::new(self.shared.space.clone(), cf), v))
+    }
+
+    fn open_in<K: Key + 'static, V: Value + 'static>(
+        &self,
+        cf: CfId,
+        cf_name: &str,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyTable<K, V>> {
+        let name = def.name();
+        check_table_name(name)?;
+        let (pages, version) = self.version_of(cf, cf_name)?;
+        let meta = lookup_table(&pages, &version.catalog, name)?
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        check_types(name, &meta, &K::type_name(), &V::type_name())?;
+        let root = TreeRoot {
+            root: meta.root,
+            len: meta.len,
+        };
+        Ok(ReadOnlyTable::new(pages, root, version))
+    }
+
+    /// Opens a table of the home CF for reading. `TableNotFound` if it does
+    /// not exist, `TableTypeMismatch` if it was created with other types.
+    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyTable<K, V>> {
+        self.open_in(self.home, "default", def)
+    }
+
+    /// Opens a table of column family `cf` (which this snapshot must cover).
+    pub fn open_table_in<K: Key + 'static, V: Value + 'static>(
+        &self,
+        cf: &ColumnFamily,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyTable<K, V>> {
+        self.check_own(cf)?;
+        self.open_in(cf.id(), cf.name(), def)
+    }
+
+    /// `ForeignHandle` unless `cf` is a handle of this snapshot's database.
+    fn check_own(&self, cf: &ColumnFamily) -> Result<()> {
+        cf.check_belongs_to(&self.shared)
+    }
+
+    /// Names of the home CF's tables, sorted.
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        let (pages, v) = self.version_of(self.home, "default")?;
+        list_catalog(&pages, &v.catalog)
+    }
+
+    /// Names of `cf`'s tables, sorted.
+    pub fn list_tables_in(&self, cf: &ColumnFamily) -> Result<Vec<String>> {
+        self.check_own(cf)?;
+        let (pages, v) = self.version_of(cf.id(), cf.name())?;
+        list_catalog(&pages, &v.catalog)
+    }
+
+    /// The version of the home CF this snapshot reads.
+    pub fn version(&self) -> u64 {
+        match &self.snap {
+            Snap::One(_, v) => v.version.0,
+            Snap::All(all) => all.get(self.home).map_or(0, |v| v.version.0),
+        }
+    }
+}
+
+/// Entry count and table id of a table, whatever its types.
+pub(crate) fn table_len_untyped(rx: &ReadTransaction, name: &str) -> Result<(u64, TableId)> {
+    let (pages, v) = rx.version_of(rx.home, "default")?;
+    let meta = lookup_table(&pages, &v.catalog, name)?
+        .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+    Ok((meta.len, meta.id))
+}
+
+/// A write transaction on one CF. Dropping it without `commit` aborts.
+pub struct WriteTransaction {
+    shared: Arc<DbShared>,
+    cf: Arc<CfShared>,
+    core: WriteCore,
+    durability: Durability,
+    finished: bool,
+    lock: Option<WriterGuard>,
+}
+
+impl std::fmt::Debug for WriteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTransaction")
+            .field("cf", &self.cf.id)
+            .field("durability", &self.durability)
+            .finish()
+    }
+}
+
+impl WriteTransaction {
+    /// Waits for the CF's writer lock and starts from its latest version.
+    /// `WouldDeadlock` if this thread already holds it.
+    pub(crate) fn begin(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<WriteTransaction> {
+        Self::begin_with(shared, cf, CfShared::lock_writer)
+    }
+
+    /// Starts a write transaction only if the CF's writer is free
+    /// (`WriterBusy` otherwise); never waits for another writer.
+    pub(crate) fn try_begin(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<WriteTransaction> {
+        Self::begin_with(shared, cf, CfShared::try_lock_writer)
+    }
+
+    fn begin_with(
+        shared: Arc<DbShared>,
+        cf: Arc<CfShared>,
+        lock: impl FnOnce(&CfShared) -> Result<WriterGuard>,
+    ) -> Result<WriteTransaction> {
+        shared.check_open()?;
+        cf.check_live()?;
+        // Fails fast (WouldDeadlock) before the dirty-page stall below.
+        if cf.writer_held_here() {
+            return Err(cf.would_deadlock());
+        }
+        shared.stall_if_dirty()?;
+        let lock = lock(&cf)?;
+        shared.check_open()?;
+        cf.check_live()?;
+        let log_max = shared.options.wal_record_max_bytes;
+        let state = WriteState::new(shared.space.clone(), &cf, lock.head.clone(), Some(log_max));
+        Ok(WriteTransaction {
+            durability: shared.options.durability,
+            shared,
+            cf,
+            core: WriteCore::new(state),
+            finished: false,
+            lock: Some(lock),
+        })
+    }
+
+    /// Sets how durable `commit` makes this transaction.
+    pub fn set_durability(&mut self, d: Durability) {
+        self.durability = d;
+    }
+
+    /// The durability `commit` will provide.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Opens (creating if needed) a table for reading and writing. Several
+    /// tables may be open at once; the same one only once.
+    pub fn open_table<'txn, K: Key + 'static, V: Value + 'static>(
+        &'txn self,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Table<'txn, K, V>> {
+        let name = def.name();
+        self.core
+            .open_table(name, &K::type_name(), &V::type_name())?;
+        Ok(Table::new(&self.core, name.to_string()))
+    }
+
+    /// Deletes a table and frees its pages. `Ok(false)` if it did not exist.
+    pub fn delete_table(&self, name: &str) -> Result<bool> {
+        self.core.delete_table(name)
+    }
+
+    /// Renames table `from` to `to`. `TableNotFound` if `from` is missing,
+    /// `TableExists` if `to` exists.
+    pub fn rename_table(&self, from: &str, to: &str) -> Result<()> {
+        self.core.rename_table(from, to)
+    }
+
+    /// Names of all tables (including ones created in this transaction).
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        self.core.list_tables()
+    }
+
+    /// Commits: after `Ok`, the changes are durable per the durability mode
+    /// and visible to new snapshots, including this thread's. After a
+    /// failed operation (`TransactionFailed`), with a table handle still
+    /// alive, or on any error, nothing is committed and every change is
+    /// discarded.
+    pub fn commit(mut self) -> Result<()> {
+        self.finished = true;
+        let lock = self.take_lock()?;
+        let result = self.commit_with(lock);
+        if result.is_err() {
+            // A no-op once the pages were handed to the allocator.
+            self.core.state_mut().pages.rollback();
+        }
+        result
+    }
+
+    /// The writer lock, held from begin until commit takes it.
+    fn take_lock(&mut self) -> Result<WriterGuard> {
+        self.lock
+            .take()
+            .ok_or_else(|| Error::InvalidArgument("write transaction already committed".into()))
+    }
+
+    fn commit_with(&self, lock: WriterGuard) -> Result<()> {
+        let mut st = self.core.state()?;
+        st.check_not_failed()?;
+        self.core.check_none_open()?;
+        st.flush_tables()?;
+        if !st.catalog_changed && !st.pages.is_dirty() {
+            // Nothing to log, but the state this transaction read must be
+            // as durable as its mode promises.
+            drop(lock);
+            self.shared.check_open()?;
+            return self.shared.wait_durability(st.base.lsn, self.durability);
+        }
+        self.shared.commit(&self.cf, &mut st, lock, self.durability)
+    }
+
+    /// Discards every change.
+    pub fn abort(mut self) -> Result<()> {
+        self.finished = true;
+        self.core.state_mut().pages.rollback();
+        Ok(())
+    }
+}
+
+impl Drop for WriteTransaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.core.state_mut().pages.rollback();
+        }
+    }
+}
+
+/// A write transaction over several column families, committed as one WAL
+/// record: all or nothing, also across a crash. Takes the writer locks of
+/// its CFs in ascending `CfId` order when it begins.
+pub struct MultiWriteTransaction {
+    txns: Vec<WriteTransaction>,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for MultiWriteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<CfId> = self.txns.iter().map(|t| t.cf.id).collect();
+        f.debug_struct("MultiWriteTransaction")
+            .field("cfs", &ids)
+            .finish()
+    }
+}
+
+impl MultiWriteTransaction {
+    /// Locks `cfs` (any order, duplicates ignored) in ascending id order.
+    pub(crate) fn begin(shared: Arc<DbShared>, mut cfs: Vec<Arc<CfShared>>) -> Result<Self> {
+        cfs.sort_by_key(|c| c.id);
+        cfs.dedup_by_key(|c| c.id);
+        if cfs.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a transaction needs at least one column family".into(),
+            ));
+        }
+        let mut txns = Vec::with_capacity(cfs.len());
+        for cf in cfs {
+            txns.push(WriteTransaction::begin(shared.clone(), cf)?);
+        }
+        Ok(MultiWriteTransaction {
+            durability: shared.options.durability,
+            txns,
+        })
+    }
+
+    /// The part of this transaction for `cf`, which must be a handle of
+    /// this transaction's database (a same-numbered CF of another database
+    /// is `ForeignHandle`) and one of its CFs.
+    fn txn_for(&self, cf: &ColumnFamily) -> Result<&WriteTransaction> {
+        let t = self
+            .txns
+            .iter()
+            .find(|t| t.cf.id == cf.id())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "column family {:?} is not part of this transaction",
+                    cf.name()
+                ))
+            })?;
+        if !Arc::ptr_eq(&t.cf, &cf.cf) {
+            return Err(Error::ForeignHandle(format!(
+                "column family {:?}",
+                cf.name()
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Opens (creating if needed) a table of `cf`, which must be one of the
+    /// transaction's column families.
+    pub fn open_table<'txn, K: Key + 'static, V: Value + 'static>(
+        &'txn self,
+        cf: &ColumnFamily,
+        def: TableDefinition<'_, K, V>,
+    ) -> Result<Table<'txn, K, V>> {
+        self.txn_for(cf)?.open_table(def)
+    }
+
+    /// Deletes a table of `cf`.
+    pub fn delete_table(&self, cf: &ColumnFamily, name: &str) -> Result<bool> {
+        self.txn_for(cf)?.delete_table(name)
+    }
+
+    /// Sets how durable `commit` makes the transaction.
+    pub fn set_durability(&mut self, d: Durability) {
+        self.durability = d;
+    }
+
+    /// Commits every CF's changes atomically.
+    pub fn commit(mut self) -> Result<()> {
+        let shared = self.txns[0].shared.clone();
+        let mut parts = Vec::with_capacity(self.txns.len());
+        for t in &mut self.txns {
+            t.finished = true;
+            let lock = t.take_lock()?;
+            parts.push((t.cf.clone(), lock));
+        }
+        let mut guards = Vec::with_capacity(self.txns.len());
+        for t in &self.txns {
+            guards.push(t.core.state()?);
+        }
+        let flushed: Result<()> = guards.iter_mut().try_for_each(|g| {
+            g.check_not_failed()?;
+            g.flush_tables()
+        });
+        if let Err(e) = flushed {
+            for g in guards.iter_mut() {
+                g.pages.rollback();
+            }
+            return Err(e);
+        }
+        let mut states: Vec<&mut WriteState> = guards.iter_mut().map(|g| &mut **g).collect();
+        let result = shared.commit_multi(&mut parts, &mut states, self.durability);
+        if result.is_err() {
+            for st in states {
+                st.pages.rollback();
+            }
+        }
+        result
+    }
+
+    /// Discards every change.
+    pub fn abort(self) -> Result<()> {
+        drop(self);
+        Ok(())
+    }
+}

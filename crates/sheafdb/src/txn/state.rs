@@ -1,0 +1,432 @@
+//! The mutable state of a write transaction and the catalog rules.
+//!
+//! Owns: `WriteState` (private pages, table catalog, cached table
+//! metadata, the WAL record being built), `WriteCore` (that state behind
+//! its lock, plus the set of open table handles, as table handles see it)
+//! and the one implementation of each catalog rule (create, drop, rename),
+//! used by the API and by WAL replay alike.
+//!
+//! Invariants: a failed operation that may have changed pages marks the
+//! state failed, after which only abort is possible; user code run under
+//! the state lock (an `extract_if`/`retain` closure) cannot take it again
+//! (`WouldDeadlock` instead of a self-deadlock).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::btree::{self, TreeRoot};
+use crate::error::{Error, Result};
+use crate::format::records::TableMeta;
+use crate::pager::space::PageSpace;
+use crate::types::{CfId, TableId};
+use crate::wal::record::{CommitEncoder, Op};
+
+use super::pages::TxnPages;
+use super::version::{thread_token, CfShared, CfVersion};
+use super::MAX_TABLE_NAME;
+
+/// `InvalidArgument` unless `name` is a valid table name.
+pub(crate) fn check_table_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_TABLE_NAME {
+        return Err(Error::InvalidArgument(format!(
+            "table names are 1 to {MAX_TABLE_NAME} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `TableTypeMismatch` unless table `name` (described by `meta`) was
+/// created with key type `k` and value type `v`.
+pub(crate) fn check_types(name: &str, meta: &TableMeta, k: &str, v: &str) -> Result<()> {
+    if meta.key_type != k || meta.value_type != v {
+        return Err(Error::TableTypeMismatch {
+            table: name.to_string(),
+            stored: format!("<{}, {}>", meta.key_type, meta.value_type),
+            requested: format!("<{k}, {v}>"),
+        });
+    }
+    Ok(())
+}
+
+/// The catalog entry of table `name`, if it exists.
+pub(crate) fn lookup_table<S: btree::store::PageRead>(
+    store: &S,
+    catalog: &TreeRoot,
+    name: &str,
+) -> Result<Option<TableMeta>> {
+    match btree::get(store, catalog, name.as_bytes())? {
+        Some(bytes) => Ok(Some(TableMeta::decode(bytes.as_slice())?)),
+        None => Ok(None),
+    }
+}
+
+/// Names of the catalog's tables, sorted.
+pub(crate) fn list_catalog<S: btree::store::PageRead>(
+    store: &S,
+    catalog: &TreeRoot,
+) -> Result<Vec<String>> {
+    let mut cursor = btree::Cursor::new(
+        catalog,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    );
+    let mut names = Vec::new();
+    while let Some((k, _)) = cursor.next(store)? {
+        let name = std::str::from_utf8(k.as_slice())
+            .map_err(|_| Error::corrupted("table name not UTF-8", "table catalog"))?;
+        names.push(name.to_string());
+    }
+    Ok(names)
+}
+
+/// Per-table state inside a write transaction.
+#[derive(Debug)]
+pub(crate) struct TableState {
+    pub meta: TableMeta,
+    pub dirty: bool,
+}
+
+impl TableState {
+    pub fn root(&self) -> TreeRoot {
+        TreeRoot {
+            root: self.meta.root,
+            len: self.meta.len,
+        }
+    }
+
+    pub fn set_root(&mut self, r: TreeRoot) {
+        if r.root != self.meta.root || r.len != self.meta.len {
+            self.meta.root = r.root;
+            self.meta.len = r.len;
+            self.dirty = true;
+        }
+    }
+}
+
+/// Mutable state of a write transaction, behind one lock so several tables
+/// can be open at once.
+#[derive(Debug)]
+pub(crate) struct WriteState {
+    pub cf: CfId,
+    pub pages: TxnPages,
+    pub base: Arc<CfVersion>,
+    pub catalog: TreeRoot,
+    pub next_table: TableId,
+    pub tables: HashMap<String, TableState>,
+    pub catalog_changed: bool,
+    /// The logical operations so far, for the WAL record; `None` once the
+    /// transaction outgrew `log_max_bytes` and will commit by a direct
+    /// checkpoint instead.
+    pub log: Option<CommitEncoder>,
+    pub log_max_bytes: usize,
+    /// Set when an operation failed after it may have changed pages: the
+    /// WAL record and the pages may disagree, so only abort is allowed.
+    pub failed: Option<String>,
+}
+
+impl WriteState {
+    /// A fresh state over `base` of `cf`; `log_max_bytes` is `None` for a
+    /// state that logs nothing (WAL replay).
+    pub fn new(
+        space: Arc<PageSpace>,
+        cf: &CfShared,
+        base: Arc<CfVersion>,
+        log_max_bytes: Option<usize>,
+    ) -> WriteState {
+        WriteState {
+            cf: cf.id,
+            pages: TxnPages::new(space, cf.id, cf.alloc.clone()),
+            catalog: base.catalog,
+            next_table: base.next_table,
+            base,
+            tables: HashMap::new(),
+            catalog_changed: false,
+            log: log_max_bytes.map(|_| CommitEncoder::new()),
+            log_max_bytes: log_max_bytes.unwrap_or(0),
+            failed: None,
+        }
+    }
+
+    /// Catalog rule shared by the API and WAL replay: adds the new, empty
+    /// table `name` described by `meta` (its id at or past `next_table`).
+    pub fn catalog_create(&mut self, name: &str, meta: TableMeta) -> Result<()> {
+        debug_assert!(meta.root.is_none() && meta.len == 0, "a new table is empty");
+        btree::insert(
+            &mut self.pages,
+            &mut self.catalog,
+            name.as_bytes(),
+            &meta.encode(),
+        )?;
+        self.next_table = TableId(self.next_table.0.max(meta.id.0 + 1));
+        self.catalog_changed = true;
+        self.tables
+            .insert(name.to_string(), TableState { meta, dirty: false });
+        Ok(())
+    }
+
+    /// Catalog rule shared by the API and WAL replay: frees every page of
+    /// table `name` (whose current metadata is `meta`) and removes it.
+    pub fn catalog_drop(&mut self, name: &str, meta: &TableMeta) -> Result<()> {
+        let mut root = TreeRoot {
+            root: meta.root,
+            len: meta.len,
+        };
+        btree::clear(&mut self.pages, &mut root)?;
+        btree::remove(&mut self.pages, &mut self.catalog, name.as_bytes())?;
+        self.tables.remove(name);
+        self.catalog_changed = true;
+        Ok(())
+    }
+
+    /// Catalog rule shared by the API and WAL replay: moves table `from`
+    /// (whose current metadata, unflushed changes included, is `meta`) to
+    /// the name `to`; its cached state moves with it, clean.
+    pub fn catalog_rename(&mut self, from: &str, to: &str, meta: TableMeta) -> Result<()> {
+        self.tables.remove(from);
+        btree::remove(&mut self.pages, &mut self.catalog, from.as_bytes())?;
+        btree::insert(
+            &mut self.pages,
+            &mut self.catalog,
+            to.as_bytes(),
+            &meta.encode(),
+        )?;
+        self.tables
+            .insert(to.to_string(), TableState { meta, dirty: false });
+        self.catalog_changed = true;
+        Ok(())
+    }
+
+    /// Records that an operation failed with `e` part-way (unless `e` is
+    /// one of the errors raised before anything changes: an oversized key
+    /// or value); returns `e`.
+    pub fn fail(&mut self, e: Error) -> Error {
+        let before_any_change =
+            matches!(e, Error::KeyTooLarge { .. } | Error::ValueTooLarge { .. });
+        if !before_any_change && self.failed.is_none() {
+            self.failed = Some(e.to_string());
+        }
+        e
+    }
+
+    /// `TransactionFailed` once an operation failed part-way.
+    pub fn check_not_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(Error::TransactionFailed(cause.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a logical operation for the WAL record.
+    pub fn log(&mut self, op: &Op<'_>) {
+        if let Some(enc) = &mut self.log {
+            enc.push_for(self.cf, op);
+            if enc.len_bytes() > self.log_max_bytes {
+                self.log = None;
+            }
+        }
+    }
+
+    /// Writes the metadata of every changed table into the catalog.
+    pub fn flush_tables(&mut self) -> Result<()> {
+        let mut dirty: Vec<(&String, &mut TableState)> =
+            self.tables.iter_mut().filter(|(_, t)| t.dirty).collect();
+        dirty.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, t) in dirty {
+            btree::insert(
+                &mut self.pages,
+                &mut self.catalog,
+                name.as_bytes(),
+                &t.meta.encode(),
+            )?;
+            t.dirty = false;
+            self.catalog_changed = true;
+        }
+        Ok(())
+    }
+
+    fn table_meta(&mut self, name: &str) -> Result<Option<TableMeta>> {
+        if let Some(t) = self.tables.get(name) {
+            return Ok(Some(t.meta.clone()));
+        }
+        lookup_table(&self.pages, &self.catalog, name)
+    }
+}
+
+/// Clears [`WriteCore::callback_scope`] when dropped.
+pub(crate) struct CallbackScope<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for CallbackScope<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// A write transaction's state as table handles see it: the state behind
+/// its lock, the names of the tables with a live handle, and the thread
+/// (if any) running user code under the state lock.
+#[derive(Debug)]
+pub(crate) struct WriteCore {
+    state: Mutex<WriteState>,
+    /// Names of the tables with a live handle. Its own lock, taken after
+    /// `state` (never the other way), so dropping a handle never waits on
+    /// the state.
+    open_tables: Mutex<HashSet<String>>,
+    /// [`thread_token`] of a thread running user code (an `extract_if` or
+    /// `retain` closure) while it holds `state`; 0 when none.
+    callback_thread: std::sync::atomic::AtomicU64,
+}
+
+impl WriteCore {
+    /// A core over `state`, with no table open.
+    pub fn new(state: WriteState) -> WriteCore {
+        WriteCore {
+            state: Mutex::new(state),
+            open_tables: Mutex::new(HashSet::new()),
+            callback_thread: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The transaction's state; `WouldDeadlock` if this thread holds it
+    /// already (an `extract_if`/`retain` closure that uses the transaction).
+    pub fn state(&self) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
+        use std::sync::atomic::Ordering;
+        if self.callback_thread.load(Ordering::Acquire) == thread_token() {
+            return Err(Error::WouldDeadlock(
+                "an extract_if/retain closure used its own write transaction; collect what \
+                 it needs first, or use a read transaction"
+                    .into(),
+            ));
+        }
+        Ok(self.state.lock())
+    }
+
+    /// The state, through exclusive access (no lock needed).
+    pub fn state_mut(&mut self) -> &mut WriteState {
+        self.state.get_mut()
+    }
+
+    /// Marks user code running on this thread while it holds the state;
+    /// cleared when the returned guard is dropped.
+    pub fn callback_scope(&self) -> CallbackScope<'_> {
+        self.callback_thread
+            .store(thread_token(), std::sync::atomic::Ordering::Release);
+        CallbackScope(&self.callback_thread)
+    }
+
+    /// Registers a handle on table `name` (creating the table if needed)
+    /// whose types are `key_type`/`value_type`. The same table is open
+    /// at most once.
+    pub fn open_table(&self, name: &str, key_type: &str, value_type: &str) -> Result<()> {
+        check_table_name(name)?;
+        let mut st = self.state()?;
+        let mut open = self.open_tables.lock();
+        if open.contains(name) {
+            return Err(Error::TableAlreadyOpen(name.to_string()));
+        }
+        if !st.tables.contains_key(name) {
+            match lookup_table(&st.pages, &st.catalog, name)? {
+                Some(meta) => {
+                    st.tables
+                        .insert(name.to_string(), TableState { meta, dirty: false });
+                }
+                None => {
+                    st.check_not_failed()?;
+                    create_table(&mut st, name, key_type, value_type).map_err(|e| st.fail(e))?;
+                }
+            }
+        }
+        check_types(name, &st.tables[name].meta, key_type, value_type)?;
+        open.insert(name.to_string());
+        Ok(())
+    }
+
+    /// Called by a table handle when it is dropped.
+    pub fn close_table(&self, name: &str) {
+        let was_open = self.open_tables.lock().remove(name);
+        debug_assert!(was_open, "table {name:?} closed but not open");
+    }
+
+    fn check_closed(&self, names: &[&str]) -> Result<()> {
+        let open = self.open_tables.lock();
+        match names.iter().find(|n| open.contains(**n)) {
+            Some(n) => Err(Error::TableAlreadyOpen((*n).to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// `InvalidArgument` while a table handle is alive (commit needs all
+    /// of them dropped).
+    pub fn check_none_open(&self) -> Result<()> {
+        let open = self.open_tables.lock();
+        if !open.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "tables still open at commit: {open:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Deletes a table and frees its pages. `Ok(false)` if it did not exist.
+    pub fn delete_table(&self, name: &str) -> Result<bool> {
+        check_table_name(name)?;
+        let mut st = self.state()?;
+        st.check_not_failed()?;
+        self.check_closed(&[name])?;
+        let Some(meta) = st.table_meta(name)? else {
+            return Ok(false);
+        };
+        st.catalog_drop(name, &meta).map_err(|e| st.fail(e))?;
+        st.log(&Op::DropTable { table: meta.id });
+        Ok(true)
+    }
+
+    /// Renames table `from` to `to`. `TableNotFound` if `from` is missing,
+    /// `TableExists` if `to` exists.
+    pub fn rename_table(&self, from: &str, to: &str) -> Result<()> {
+        check_table_name(from)?;
+        check_table_name(to)?;
+        let mut st = self.state()?;
+        st.check_not_failed()?;
+        self.check_closed(&[from, to])?;
+        let meta = st
+            .table_meta(from)?
+            .ok_or_else(|| Error::TableNotFound(from.to_string()))?;
+        if st.table_meta(to)?.is_some() {
+            return Err(Error::TableExists(to.to_string()));
+        }
+        let id = meta.id;
+        st.catalog_rename(from, to, meta).map_err(|e| st.fail(e))?;
+        st.log(&Op::RenameTable {
+            table: id,
+            new_name: to,
+        });
+        Ok(())
+    }
+
+    /// Names of all tables (including ones created in this transaction).
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        let st = self.state()?;
+        list_catalog(&st.pages, &st.catalog)
+    }
+}
+
+/// Creates the empty table `name` through the catalog rule, logging it.
+fn create_table(st: &mut WriteState, name: &str, key_type: &str, value_type: &str) -> Result<()> {
+    let meta = TableMeta {
+        id: st.next_table,
+        root: None,
+        len: 0,
+        key_type: key_type.to_string(),
+        value_type: value_type.to_string(),
+    };
+    st.log(&Op::CreateTable {
+        table: meta.id,
+        name,
+        key_type: &meta.key_type,
+        value_type: &meta.value_type,
+    });
+    st.catalog_create(name, meta)
+}

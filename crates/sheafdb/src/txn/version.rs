@@ -1,0 +1,409 @@
+//! Committed versions of a CF and their way to readers.
+//!
+//! Owns: `CfVersion` (an immutable committed state), `DbVersion` (every
+//! CF's published version at one instant), `CfShared` (a CF's writer lock,
+//! head, published version, allocator and publication queue) and
+//! `WriterGuard` (the held writer lock, which knows its thread).
+//!
+//! Invariants: versions of a CF are committed, queued and published in
+//! version (= LSN) order (asserted in `set_head_version`, `enqueue`,
+//! `publish`, `publish_alone`); a published version never goes back; a
+//! failed version stops every later one of its CF from being published.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use crate::btree::TreeRoot;
+use crate::error::{Error, Result};
+use crate::pager::alloc::{CfAllocator, ReclaimBatch};
+use crate::types::{CfId, Lsn, TableId, Version};
+
+/// An immutable committed state of one CF.
+#[derive(Debug)]
+pub(crate) struct CfVersion {
+    pub version: Version,
+    pub catalog: TreeRoot,
+    pub next_table: TableId,
+    /// End of the last WAL record included: replay of this CF resumes at
+    /// records starting at or after it.
+    pub lsn: Lsn,
+    /// Pages freed by the commit after this version; released when every
+    /// snapshot of this or an older version is gone.
+    pub batch: Arc<ReclaimBatch>,
+}
+
+/// The published version of every CF at one instant: what a database-wide
+/// snapshot pins. Replaced (copy-on-write) on every publication, so taking
+/// a snapshot is one atomic load.
+#[derive(Debug, Default)]
+pub(crate) struct DbVersion {
+    /// Sorted by id.
+    pub cfs: Vec<(CfId, Arc<CfVersion>)>,
+}
+
+impl DbVersion {
+    /// The version of `cf` in this snapshot.
+    pub fn get(&self, cf: CfId) -> Option<&Arc<CfVersion>> {
+        self.cfs
+            .binary_search_by_key(&cf, |(id, _)| *id)
+            .ok()
+            .map(|i| &self.cfs[i].1)
+    }
+
+    /// A copy with `updates` applied (`None` removes the CF).
+    pub fn with(&self, updates: &[(CfId, Option<Arc<CfVersion>>)]) -> DbVersion {
+        let mut cfs = self.cfs.clone();
+        for (id, v) in updates {
+            match (cfs.binary_search_by_key(id, |(i, _)| *i), v) {
+                (Ok(i), Some(v)) => cfs[i].1 = v.clone(),
+                (Ok(i), None) => {
+                    cfs.remove(i);
+                }
+                (Err(i), Some(v)) => cfs.insert(i, (*id, v.clone())),
+                (Err(_), None) => {}
+            }
+        }
+        DbVersion { cfs }
+    }
+}
+
+/// Called with each newly published version (under the CF's publication
+/// lock, so in order): keeps the database-wide snapshot current.
+pub(crate) type OnPublish<'a> = &'a dyn Fn(&Arc<CfVersion>);
+
+/// The writer side of a CF, behind its writer lock.
+#[derive(Debug)]
+pub(crate) struct WriterSlot {
+    /// Latest committed version: where the next write transaction starts.
+    pub head: Arc<CfVersion>,
+}
+
+/// Where a committed version is on its way to readers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PublishState {
+    /// Its committer is waiting for the durability its mode promises.
+    Waiting,
+    /// Durable enough; publishable once every earlier version is.
+    Ready,
+    /// Its WAL write or sync failed: nothing after it is ever published.
+    Failed(crate::error::PoisonCause),
+}
+
+/// Committed versions of one CF not yet visible to readers, in commit order.
+#[derive(Debug, Default)]
+pub(crate) struct PublishQueue {
+    entries: std::collections::VecDeque<(Arc<CfVersion>, PublishState)>,
+}
+
+impl CfVersion {
+    /// True if no older version of the CF is alive (they would hold this
+    /// version's reclaim batch through the chain).
+    pub fn batch_is_last(&self) -> bool {
+        Arc::strong_count(&self.batch) == 1
+    }
+}
+
+/// The version of a CF its durable base holds, and the end of the WAL it
+/// covers (replay of the CF resumes at records starting at or after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DurableBase {
+    pub version: Version,
+    pub lsn: Lsn,
+}
+
+/// Shared state of one column family.
+#[derive(Debug)]
+pub(crate) struct CfShared {
+    pub id: CfId,
+    pub name: String,
+    pub writer: Arc<Mutex<WriterSlot>>,
+    /// [`thread_token`] of the thread holding `writer` through a
+    /// [`WriterGuard`] (0: none).
+    writer_owner: Arc<std::sync::atomic::AtomicU64>,
+    pub current: ArcSwap<CfVersion>,
+    pub alloc: Arc<Mutex<CfAllocator>>,
+    publish: Mutex<PublishQueue>,
+    published: parking_lot::Condvar,
+    /// The durable base of this CF.
+    pub base: Mutex<DurableBase>,
+    /// Set once the CF is dropped: handles to it report `CfNotFound`.
+    pub dropped: std::sync::atomic::AtomicBool,
+    /// Extents the CF's persisted descriptor accounts for (its free list
+    /// covers exactly these); extents claimed later are persisted as free.
+    pub persisted_extents: Mutex<Vec<crate::format::records::PageRange>>,
+    /// Held by a committer from its WAL append until its version is the
+    /// head ([`CfShared::set_head_version`]); taken briefly by a checkpoint
+    /// to read the head version, so it never sees a record appended but
+    /// not yet installed. Lock order: writer lock, then this, then the WAL.
+    pub commit_gate: Mutex<()>,
+    /// Version of the latest committed (not necessarily published) state.
+    head_version: std::sync::atomic::AtomicU64,
+}
+
+impl CfShared {
+    /// A CF whose latest state is `version`, also its durable base.
+    pub fn new(id: CfId, name: String, alloc: CfAllocator, version: CfVersion) -> CfShared {
+        let version = Arc::new(version);
+        let head_version = std::sync::atomic::AtomicU64::new(version.version.0);
+        CfShared {
+            id,
+            name,
+            persisted_extents: Mutex::new(alloc.extents().to_vec()),
+            dropped: std::sync::atomic::AtomicBool::new(false),
+            base: Mutex::new(DurableBase {
+                version: version.version,
+                lsn: version.lsn,
+            }),
+            writer_owner: Arc::default(),
+            writer: Arc::new(Mutex::new(WriterSlot {
+                head: version.clone(),
+            })),
+            current: ArcSwap::new(version),
+            alloc: Arc::new(Mutex::new(alloc)),
+            publish: Mutex::new(PublishQueue::default()),
+            published: parking_lot::Condvar::new(),
+            commit_gate: Mutex::new(()),
+            head_version,
+        }
+    }
+
+    /// True if the calling thread holds this CF's writer lock.
+    pub fn writer_held_here(&self) -> bool {
+        self.writer_owner.load(std::sync::atomic::Ordering::Acquire) == thread_token()
+    }
+
+    /// The error for a second writer-lock request from its holder.
+    pub fn would_deadlock(&self) -> Error {
+        Error::WouldDeadlock(format!(
+            "this thread already holds the write transaction of column family {:?}",
+            self.name
+        ))
+    }
+
+    fn guard(
+        &self,
+        guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
+    ) -> WriterGuard {
+        self.writer_owner
+            .store(thread_token(), std::sync::atomic::Ordering::Release);
+        WriterGuard {
+            guard,
+            owner: self.writer_owner.clone(),
+        }
+    }
+
+    /// Takes the writer lock, waiting for another thread's transaction;
+    /// `WouldDeadlock` at once if this thread holds it.
+    pub fn lock_writer(&self) -> Result<WriterGuard> {
+        if self.writer_held_here() {
+            return Err(self.would_deadlock());
+        }
+        Ok(self.guard(self.writer.lock_arc()))
+    }
+
+    /// Takes the writer lock if it is free; `WriterBusy` (or
+    /// `WouldDeadlock` for this thread's own) otherwise.
+    pub fn try_lock_writer(&self) -> Result<WriterGuard> {
+        if self.writer_held_here() {
+            return Err(self.would_deadlock());
+        }
+        match self.writer.try_lock_arc() {
+            Some(g) => Ok(self.guard(g)),
+            None => Err(Error::WriterBusy(self.name.clone())),
+        }
+    }
+
+    /// Records `v` as the latest committed version (under the writer lock,
+    /// and under the commit gate when a WAL record was appended for it).
+    pub fn set_head_version(&self, v: Version) {
+        use std::sync::atomic::Ordering;
+        let old = self.head_version.swap(v.0, Ordering::AcqRel);
+        assert!(
+            old < v.0,
+            "cf {}: head version went from {old} to {v}",
+            self.id
+        );
+    }
+
+    /// The latest committed version, read under the commit gate: every
+    /// record appended before this call is installed.
+    pub fn head_version_settled(&self) -> Version {
+        let _gate = self.commit_gate.lock();
+        Version(self.head_version.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Queues `v` for publication; called under the writer lock, so queue
+    /// order is commit order.
+    pub fn enqueue(&self, v: Arc<CfVersion>) {
+        let mut q = self.publish.lock();
+        debug_assert!(q
+            .entries
+            .back()
+            .is_none_or(|(last, _)| last.version < v.version));
+        q.entries.push_back((v, PublishState::Waiting));
+    }
+
+    /// Records whether `version` became as durable as its mode promises,
+    /// publishes every ready version at the front of the queue, then waits
+    /// until `version` itself is published. `Err(Poisoned)` if it or a
+    /// version before it failed.
+    pub fn publish(
+        &self,
+        version: Version,
+        durable: Result<()>,
+        on_publish: OnPublish<'_>,
+    ) -> Result<()> {
+        let mut q = self.publish.lock();
+        let state = match &durable {
+            Ok(()) => PublishState::Ready,
+            Err(e) => PublishState::Failed(crate::error::PoisonCause::of(e)),
+        };
+        if let Some(e) = q.entries.iter_mut().find(|(v, _)| v.version == version) {
+            e.1 = state;
+        }
+        if durable.is_err() {
+            // Waiters behind it must see the failure now, not at a timeout.
+            self.published.notify_all();
+        }
+        durable?;
+        let mut newest = None;
+        while q
+            .entries
+            .front()
+            .is_some_and(|(_, s)| *s == PublishState::Ready)
+        {
+            newest = q.entries.pop_front().map(|(v, _)| v);
+        }
+        if let Some(v) = newest {
+            let cur = self.current.load();
+            debug_assert!(v.version > cur.version, "publication went backwards");
+            debug_assert!(
+                v.lsn >= cur.lsn,
+                "design.md §11.6: published LSNs went backwards"
+            );
+            self.current.store(v.clone());
+            on_publish(&v);
+            self.published.notify_all();
+        }
+        loop {
+            if self.current.load().version >= version {
+                return Ok(());
+            }
+            if let Some((_, PublishState::Failed(cause))) = q.entries.front() {
+                return Err(Error::Poisoned(cause.clone()));
+            }
+            self.published
+                .wait_for(&mut q, std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Blocks until every committed version of this CF is published
+    /// (`next = None`) or `next` is the oldest unpublished one. Checks
+    /// `healthy` between wake-ups, so a poisoned database does not hang.
+    pub fn wait_publication(
+        &self,
+        next: Option<Version>,
+        healthy: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let mut q = self.publish.lock();
+        loop {
+            let ready = match next {
+                None => q.entries.is_empty(),
+                Some(v) => q.entries.front().is_some_and(|(f, _)| f.version == v),
+            };
+            if ready {
+                return Ok(());
+            }
+            healthy()?;
+            self.published
+                .wait_for(&mut q, std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Publishes `version`, which must be the only queued one, without
+    /// notifying the database-wide snapshot (the caller publishes several
+    /// CFs at once).
+    pub fn publish_alone(&self, version: &Arc<CfVersion>) {
+        let mut q = self.publish.lock();
+        let front = q.entries.pop_front();
+        assert!(
+            front.is_some_and(|(v, _)| v.version == version.version) && q.entries.is_empty(),
+            "multi-CF publication out of order in cf {}",
+            self.id
+        );
+        debug_assert!(
+            version.lsn >= self.current.load().lsn,
+            "design.md §11.6: LSNs went backwards"
+        );
+        self.current.store(version.clone());
+        self.published.notify_all();
+    }
+
+    /// Makes the initial version of a just-created CF version 1 (the
+    /// creation), leaving the durable base at version 0.
+    pub fn bump_created_version(&self) {
+        let mut slot = self.writer.lock();
+        let v0 = slot.head.clone();
+        let v1 = Arc::new(CfVersion {
+            version: Version(1),
+            catalog: v0.catalog,
+            next_table: v0.next_table,
+            lsn: Lsn(v0.lsn.0 + 1),
+            batch: ReclaimBatch::new(self.alloc.lock().released_sink()),
+        });
+        v0.batch.seal(Vec::new(), v1.batch.clone());
+        self.set_head_version(v1.version);
+        slot.head = v1.clone();
+        self.current.store(v1);
+    }
+
+    /// Errors if the CF was dropped.
+    pub fn check_live(&self) -> Result<()> {
+        if self.dropped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::CfNotFound(self.name.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// A small non-zero number naming the calling thread (stable for its
+/// life), so a lock can tell that its own holder asks for it again.
+pub(crate) fn thread_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|t| *t)
+}
+
+/// The held writer lock of a CF. Records the thread that took it, so a
+/// second request from that thread fails (`WouldDeadlock`) instead of
+/// waiting on itself.
+pub(crate) struct WriterGuard {
+    guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
+    owner: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::ops::Deref for WriterGuard {
+    type Target = WriterSlot;
+    fn deref(&self) -> &WriterSlot {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for WriterGuard {
+    fn deref_mut(&mut self) -> &mut WriterSlot {
+        &mut self.guard
+    }
+}
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        // Runs before the field (the mutex guard) is dropped: the owner is
+        // cleared while the lock is still held.
+        self.owner.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
