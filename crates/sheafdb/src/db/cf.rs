@@ -88,7 +88,7 @@ impl ColumnFamily {
 
     /// A snapshot of this CF. Never blocks.
     pub fn begin_read(&self) -> Result<ReadTransaction> {
-        self.shared.check_not_closed()?;
+        self.shared.health.check_not_closed()?;
         self.cf.check_live()?;
         let rx = ReadTransaction::for_cf(self.shared.clone(), &self.cf);
         // Dropped after the first check: the version we hold may belong
@@ -120,7 +120,7 @@ impl ColumnFamily {
 
     /// Checks this CF's trees and space (see `Database::check_integrity`).
     pub fn check_integrity(&self) -> Result<super::IntegrityReport> {
-        self.shared.check_not_closed()?;
+        self.shared.health.check_not_closed()?;
         self.cf.check_live()?;
         super::integrity::check_cf(&self.shared, &self.cf)
     }
@@ -138,7 +138,12 @@ fn check_cf_name(name: &str) -> Result<()> {
 
 impl DbShared {
     fn cf_by_name(&self, name: &str) -> Option<Arc<CfShared>> {
-        self.cfs.read().values().find(|c| c.name == name).cloned()
+        self.registry
+            .cfs
+            .read()
+            .values()
+            .find(|c| c.name == name)
+            .cloned()
     }
 
     /// Builds the in-memory state of a CF created by the record at `lsn`.
@@ -157,22 +162,11 @@ impl DbShared {
         // Version 1 is the creation itself: newer than the (empty) durable
         // base, so the next checkpoint records the CF.
         cf.bump_created_version();
-        self.next_cf.fetch_max(id.0 + 1, Ordering::AcqRel);
         Ok(Arc::new(cf))
     }
 
-    /// Removes a CF from the registry and the database-wide snapshot; its
-    /// descriptor and extents are released by later checkpoints.
-    pub(crate) fn unregister_cf(&self, cf: &Arc<CfShared>) {
-        cf.dropped.store(true, Ordering::Release);
-        self.cfs.write().remove(&cf.id);
-        let id = cf.id;
-        self.snapshot.rcu(|old| Arc::new(old.with(&[(id, None)])));
-        self.dropped.lock().push(cf.clone());
-    }
-
     /// Appends a CF record; returns (start, end) LSNs. Callers hold
-    /// `cf_change` for writing until the registry reflects the record.
+    /// `registry.change` for writing until the registry reflects the record.
     fn append_cf_record(&self, cf: CfId, op: Op<'_>) -> Result<(Lsn, Lsn)> {
         let mut payload = Vec::new();
         crate::wal::record::encode_commit(&[CfPart { cf, ops: vec![op] }], &mut payload);
@@ -187,13 +181,13 @@ impl DbShared {
     }
 
     fn create_cf(self: &Arc<Self>, name: &str) -> Result<Arc<CfShared>> {
-        let _open = self.enter_commit()?;
-        let id = CfId(self.next_cf.fetch_add(1, Ordering::AcqRel));
+        let _open = self.health.enter_commit()?;
+        let id = CfId(self.registry.next_id.fetch_add(1, Ordering::AcqRel));
         let (cf, end) = {
-            let _change = self.cf_change.write();
+            let _change = self.registry.change.write();
             let (lsn, end) = self.append_cf_record(id, Op::CreateCf { name })?;
             let cf = self.new_cf_state(id, name, lsn)?;
-            self.register_cf(cf.clone());
+            self.registry.register(cf.clone());
             (cf, end)
         };
         self.wait_cf_record(end)?;
@@ -213,7 +207,7 @@ impl Database {
     pub fn create_cf(&self, name: &str) -> Result<ColumnFamily> {
         check_cf_name(name)?;
         self.shared.check_open()?;
-        let _registry = self.shared.cf_registry.lock();
+        let _registry = self.shared.registry.create_drop.lock();
         if self.shared.cf_by_name(name).is_some() {
             return Err(Error::CfExists(name.to_string()));
         }
@@ -241,7 +235,7 @@ impl Database {
             return Ok(self.handle(cf));
         }
         self.shared.check_open()?;
-        let _registry = self.shared.cf_registry.lock();
+        let _registry = self.shared.registry.create_drop.lock();
         if let Some(cf) = self.shared.cf_by_name(name) {
             return Ok(self.handle(cf));
         }
@@ -252,7 +246,7 @@ impl Database {
     /// progress, if any. The default CF cannot be dropped.
     pub fn drop_cf(&self, name: &str) -> Result<()> {
         self.shared.check_open()?;
-        let _registry = self.shared.cf_registry.lock();
+        let _registry = self.shared.registry.create_drop.lock();
         let cf = self
             .shared
             .cf_by_name(name)
@@ -264,12 +258,12 @@ impl Database {
         }
         // `WouldDeadlock` if this thread holds the CF's write transaction.
         let _writer = cf.lock_writer()?;
-        cf.wait_publication(None, &|| self.shared.check_writable())?;
-        let _open = self.shared.enter_commit()?;
+        cf.wait_publication(None, &|| self.shared.health.check_writable())?;
+        let _open = self.shared.health.enter_commit()?;
         let end = {
-            let _change = self.shared.cf_change.write();
+            let _change = self.shared.registry.change.write();
             let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;
-            self.shared.unregister_cf(&cf);
+            self.shared.registry.unregister(&cf);
             end
         };
         self.shared.wait_cf_record(end)
@@ -279,6 +273,7 @@ impl Database {
     pub fn list_cfs(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = self
             .shared
+            .registry
             .cfs
             .read()
             .values()
@@ -290,7 +285,7 @@ impl Database {
 
     /// The default column family's handle.
     pub fn default_cf(&self) -> Result<ColumnFamily> {
-        Ok(self.handle(self.shared.cf(CfId::DEFAULT)?))
+        Ok(self.handle(self.shared.registry.get(CfId::DEFAULT)?))
     }
 
     /// A write transaction over several column families, committed

@@ -33,7 +33,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{DbShared, SysState};
+use super::checkpointer::SysState;
+use super::DbShared;
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
@@ -78,26 +79,27 @@ impl DbShared {
         self: &Arc<Self>,
         extra: Vec<(Arc<CfShared>, Arc<CfVersion>)>,
     ) -> Result<()> {
-        let mut sys = self.sys.lock();
-        self.check_writable()?;
+        let mut sys = self.ckpt.sys.lock();
+        self.health.check_writable()?;
         // One consistent view: no CF record is appended between sampling
         // the log end and reading the registry, the dropped list and the
         // snapshot (whose multi-CF commits are all-or-nothing).
         let (log_end, cfs, dropped, db_snapshot) = {
-            let _change = self.cf_change.read();
+            let _change = self.registry.change.read();
             (
                 self.wal().next_lsn(),
-                self.cfs
+                self.registry
+                    .cfs
                     .read()
                     .values()
                     .cloned()
                     .collect::<Vec<Arc<CfShared>>>(),
-                self.dropped.lock().clone(),
-                self.snapshot.load_full(),
+                self.registry.dropped.lock().clone(),
+                self.registry.snapshot.load_full(),
             )
         };
         let prev_replay = sys.replay_lsn;
-        self.last_checkpoint_lsn.store(log_end.0, Ordering::Relaxed);
+        self.ckpt.last_lsn.store(log_end.0, Ordering::Relaxed);
         let mut plans = plan(&cfs, &db_snapshot, extra);
         let mut runs = Vec::new();
         let mut descriptors = Vec::new();
@@ -300,7 +302,7 @@ impl DbShared {
             meta_npages: meta.npages,
             meta_len: meta.payload_len,
             file_pages: meta.file_pages,
-            next_cf: CfId(self.next_cf.load(Ordering::Acquire)),
+            next_cf: CfId(self.registry.next_id.load(Ordering::Acquire)),
             replay_lsn,
             db_id: sys.db_id,
             written_pages,
@@ -421,7 +423,7 @@ impl DbShared {
                 self.space.pager.forget(id);
             }
             self.space.extents.lock().release_all(cf.id);
-            self.dropped.lock().retain(|c| c.id != cf.id);
+            self.registry.dropped.lock().retain(|c| c.id != cf.id);
         }
     }
 }

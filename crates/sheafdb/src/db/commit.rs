@@ -78,7 +78,7 @@ impl Drop for Unpublished<'_> {
                     ""
                 }
             ));
-            self.db.poison_with(cause.clone());
+            self.db.health.poison_with(cause.clone());
             let _ = self
                 .cf
                 .publish(self.version.version, Err(Error::Poisoned(cause)), &|_| {});
@@ -95,7 +95,7 @@ impl DbShared {
         lock: WriterGuard,
         durability: Durability,
     ) -> Result<()> {
-        let _open = self.enter_commit()?;
+        let _open = self.health.enter_commit()?;
         let version = st.base.version.next();
         let payload = st.log.take().map(|enc| enc.finish());
         let result = match payload {
@@ -105,7 +105,7 @@ impl DbShared {
             _ => self.commit_direct(cf, st, lock, version),
         };
         let end = result?;
-        self.after_commit(end);
+        self.ckpt.after_commit(end);
         Ok(())
     }
 
@@ -141,7 +141,7 @@ impl DbShared {
         // Earlier versions of this CF go first: make them durable and wait
         // until they are published.
         self.wal().sync().inspect_err(|e| self.poison(e))?;
-        cf.wait_publication(None, &|| self.check_writable())?;
+        cf.wait_publication(None, &|| self.health.check_writable())?;
         // No record of this CF can be appended while we hold its lock, so
         // replay of this CF may resume at the current end of the log.
         let lsn = self.wal().next_lsn();
@@ -166,7 +166,7 @@ impl DbShared {
         states: &mut [&mut WriteState],
         durability: Durability,
     ) -> Result<()> {
-        let _open = self.enter_commit()?;
+        let _open = self.health.enter_commit()?;
         let mut payloads = Vec::with_capacity(states.len());
         for st in states.iter_mut() {
             payloads.push(st.log.take().map(|e| e.finish()));
@@ -213,7 +213,7 @@ impl DbShared {
         // front it stays.) A failure here leaves the guards armed: they
         // fail the versions and poison.
         for (cf, v) in &versions {
-            cf.wait_publication(Some(v.version), &|| self.check_writable())?;
+            cf.wait_publication(Some(v.version), &|| self.health.check_writable())?;
         }
         for p in &mut pending {
             p.armed = false;
@@ -225,14 +225,17 @@ impl DbShared {
             .iter()
             .map(|(cf, v)| (cf.id, Some(v.clone())))
             .collect();
-        self.snapshot.rcu(|old| Arc::new(old.with(&updates)));
-        self.after_commit(end);
+        self.registry
+            .snapshot
+            .rcu(|old| Arc::new(old.with(&updates)));
+        self.ckpt.after_commit(end);
         Ok(())
     }
 
     /// Makes `v` the version of `cf` in the database-wide snapshot.
     pub(crate) fn note_published(&self, cf: CfId, v: &Arc<CfVersion>) {
-        self.snapshot
+        self.registry
+            .snapshot
             .rcu(|old| Arc::new(old.with(&[(cf, Some(v.clone()))])));
     }
 

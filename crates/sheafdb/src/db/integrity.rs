@@ -106,14 +106,14 @@ fn check_partition(
 }
 
 pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
-    let cfs: Vec<_> = shared.cfs.read().values().cloned().collect();
+    let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
     // Quiesce: no writer of any CF, no checkpoint. `WouldDeadlock` if this
     // thread holds one of the writers (it would wait on itself).
     let mut _writers = Vec::with_capacity(cfs.len());
     for c in &cfs {
         _writers.push(c.lock_writer()?);
     }
-    let sys = shared.sys.lock();
+    let sys = shared.ckpt.sys.lock();
     let mut report = IntegrityReport::default();
 
     let sys_pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
@@ -153,7 +153,13 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
             CfDescriptor::decode(v.as_slice())?,
         ));
     }
-    let dropped: Vec<CfId> = shared.dropped.lock().iter().map(|c| c.id).collect();
+    let dropped: Vec<CfId> = shared
+        .registry
+        .dropped
+        .lock()
+        .iter()
+        .map(|c| c.id)
+        .collect();
     for (id, _) in &on_disk {
         if !cfs.iter().any(|c| c.id == *id) && !dropped.contains(id) {
             return Err(bad(format!(

@@ -13,30 +13,35 @@
 
 mod cf;
 mod checkpoint;
+mod checkpointer;
 mod commit;
+mod health;
 mod integrity;
 mod open;
 mod recover;
+mod registry;
 mod transaction;
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::Mutex;
 
-use crate::btree::TreeRoot;
-use crate::error::{Error, PoisonCause, Result};
+use crate::error::{Error, Result};
 use crate::format::page::DEFAULT_PAGE_SIZE;
-use crate::pager::alloc::{CfAllocator, ExtentPolicy};
+use crate::pager::alloc::ExtentPolicy;
 use crate::pager::space::PageSpace;
 use crate::storage::file::FsVfs;
 use crate::storage::{LockGuard, Vfs};
-use crate::txn::{CfShared, Durability};
-use crate::types::{CfId, Lsn, PageId};
+use crate::txn::Durability;
+
+use crate::types::{CfId, Lsn};
 use crate::wal::{FlusherHandle, Wal};
+use checkpointer::CheckpointState;
+use health::Health;
+use registry::CfRegistry;
 
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use integrity::IntegrityReport;
@@ -47,31 +52,6 @@ const SYS_EXTENT_POLICY: ExtentPolicy = ExtentPolicy {
     first_pages: 16,
     max_pages: 1024,
 };
-
-/// Durable system state, changed only by checkpoints (under its lock).
-#[derive(Debug)]
-pub(crate) struct SysState {
-    /// Generation of the current superblock.
-    pub generation: u64,
-    /// Slot (0 or 1) holding the current superblock.
-    pub slot: u8,
-    /// Root of the system tree.
-    pub root: TreeRoot,
-    /// Allocator of system extents.
-    pub alloc: Arc<Mutex<CfAllocator>>,
-    /// The metadata blob run of the current superblock.
-    pub meta_run: Option<(PageId, u32)>,
-    /// Next CF id to hand out.
-    pub next_cf: CfId,
-    /// WAL position replay starts from (every CF's base covers what is
-    /// below it).
-    pub replay_lsn: Lsn,
-    /// The database's random identity (superblock and WAL headers).
-    pub db_id: u64,
-    /// One past the highest page any checkpoint wrote: the data file is
-    /// at least this long, or it was truncated.
-    pub written_pages: u64,
-}
 
 /// Tunables fixed when the database is opened.
 #[derive(Debug, Clone)]
@@ -103,64 +83,24 @@ impl Default for Options {
     }
 }
 
-/// Wakes the background checkpointer.
-#[derive(Debug, Default)]
-pub(crate) struct CheckpointSignal {
-    state: Mutex<SignalState>,
-    cv: Condvar,
-}
-
-/// What the background checkpointer is asked to do.
-#[derive(Debug, Default)]
-struct SignalState {
-    /// Run a checkpoint soon (a trigger fired).
-    requested: bool,
-    /// Exit (the database is closing).
-    shutdown: bool,
-}
-
-/// Everything shared by the handles of one open database.
+/// Everything shared by the handles of one open database, split by
+/// concern; each part owns its locks (ARCHITECTURE.md lists their order).
 #[derive(Debug)]
 pub(crate) struct DbShared {
     /// Pager, extents and extent policy: all a page store needs.
     pub space: Arc<PageSpace>,
-    pub sys: Mutex<SysState>,
-    pub cfs: RwLock<BTreeMap<CfId, Arc<CfShared>>>,
-    pub options: Options,
-    /// Every CF's published version, for database-wide snapshots.
-    pub snapshot: arc_swap::ArcSwap<crate::txn::DbVersion>,
-    /// Next CF id (never reused; persisted in the superblock).
-    pub next_cf: AtomicU64,
-    /// Serialises CF creation and drop (not on any commit path).
-    pub cf_registry: Mutex<()>,
-    /// Write-held by CF creation/drop from their WAL append until the
-    /// registry reflects it; read-held by a checkpoint while it samples the
-    /// log end, the registry and the snapshot, so it never records a log
-    /// end past a CF record it has not seen.
-    pub cf_change: RwLock<()>,
-    /// Dropped CFs whose descriptor or extents are not released yet.
-    pub dropped: Mutex<Vec<Arc<CfShared>>>,
+    /// Live CFs, the database-wide snapshot, CF create/drop ordering.
+    pub registry: CfRegistry,
+    /// System state, dirty-page accounting, triggers, the wake-up signal.
+    pub ckpt: CheckpointState,
+    /// Poisoning and closing.
+    pub health: Health,
+    /// The write-ahead log, once opened.
     wal: OnceLock<Arc<Wal>>,
-    /// Pages committed since their CF's durable base, over all CFs.
-    pub dirty_pages: Arc<AtomicU64>,
-    /// WAL position when the last checkpoint started (trigger by WAL bytes).
-    pub last_checkpoint_lsn: AtomicU64,
+    pub options: Options,
     /// WAL records applied by recovery when this database was opened.
     pub replayed_records: AtomicU64,
-    signal: CheckpointSignal,
     threads: Mutex<Threads>,
-    /// Set by the first failure after which memory and the files may
-    /// disagree; `poison_cause` holds that failure.
-    poisoned: AtomicBool,
-    poison_cause: OnceLock<PoisonCause>,
-    /// Set by `Database::close`/drop; every later use gets
-    /// `Error::DatabaseClosed`.
-    closed: AtomicBool,
-    /// Read-held by every commit and CF create/drop from its "still open?"
-    /// check until it returns; write-held by close while it sets `closed`.
-    /// So every commit that passed the check is covered by close's final
-    /// checkpoint and sync, and none starts after it.
-    close_gate: RwLock<()>,
     /// Released when the last handle (database, CF handle, transaction)
     /// is gone, so no other instance can open the file while an old
     /// snapshot may still read it.
@@ -175,63 +115,14 @@ pub(crate) struct Threads {
 }
 
 impl DbShared {
-    /// Errors if the database refuses writes (it was poisoned).
-    pub fn check_writable(&self) -> Result<()> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned(self.poison_cause()));
-        }
-        Ok(())
-    }
-
-    /// Errors if the database was closed (reads still work when poisoned).
-    pub fn check_not_closed(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::DatabaseClosed);
-        }
-        Ok(())
-    }
-
     /// Errors if the database was closed, or refuses writes.
     pub fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::DatabaseClosed);
-        }
-        self.check_writable()
+        self.health.check_open()
     }
 
-    /// For a commit or a CF change: holds off close until the caller is
-    /// done, after checking the database is open and writable.
-    pub fn enter_commit(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
-        let gate = self.close_gate.read();
-        self.check_open()?;
-        Ok(gate)
-    }
-
-    /// Marks the database unusable for writes until reopened; the first
-    /// cause is kept for every later `Error::Poisoned`.
+    /// Poisons the database with `cause` (see [`Health::poison`]).
     pub fn poison(&self, cause: &Error) {
-        self.poison_with(PoisonCause::of(cause));
-    }
-
-    /// [`DbShared::poison`] with a cause that is not an `Error`.
-    pub fn poison_with(&self, cause: PoisonCause) {
-        let _ = self.poison_cause.set(cause);
-        self.poisoned.store(true, Ordering::Release);
-    }
-
-    /// The first failure that poisoned the database.
-    pub fn poison_cause(&self) -> PoisonCause {
-        self.poison_cause
-            .get()
-            .cloned()
-            .unwrap_or_else(|| PoisonCause::new("unknown"))
-    }
-
-    /// Sets `closed` once no commit is in flight; false if it was set
-    /// already.
-    fn mark_closed(&self) -> bool {
-        let _gate = self.close_gate.write();
-        !self.closed.swap(true, Ordering::AcqRel)
+        self.health.poison(cause);
     }
 
     /// The write-ahead log.
@@ -269,42 +160,18 @@ impl DbShared {
         Ok(())
     }
 
-    /// Bytes committed since the durable base, over all CFs.
-    pub fn dirty_bytes(&self) -> u64 {
-        self.dirty_pages.load(Ordering::Relaxed) * self.space.pager.page_size() as u64
-    }
-
-    /// Asks the background checkpointer to run soon.
-    pub fn request_checkpoint(&self) {
-        let mut st = self.signal.state.lock();
-        st.requested = true;
-        self.signal.cv.notify_all();
-    }
-
-    /// After a commit whose record ended at `end`: wake the checkpointer if
-    /// a trigger fired. Uses the commit's own LSN, so the commit path does
-    /// not take the WAL lock again.
-    pub fn after_commit(&self, end: Lsn) {
-        let since = end
-            .0
-            .saturating_sub(self.last_checkpoint_lsn.load(Ordering::Relaxed));
-        if since >= self.options.checkpoint_wal_bytes
-            || self.dirty_bytes() >= self.options.checkpoint_dirty_bytes
-        {
-            self.request_checkpoint();
-        }
-    }
-
     /// Before a write transaction: past the hard dirty limit, the writer
     /// runs a checkpoint itself (memory stays bounded).
     pub fn stall_if_dirty(self: &Arc<Self>) -> Result<()> {
-        if self.dirty_bytes() >= self.options.dirty_hard_limit_bytes {
+        if self.ckpt.over_hard_limit() {
             self.checkpoint_all()?;
         }
         Ok(())
     }
 
-    fn start_threads(self: &Arc<Self>) {
+    /// Starts the WAL flusher and (if enabled) the background
+    /// checkpointer. `Error::Io` if a thread cannot be spawned.
+    fn start_threads(self: &Arc<Self>) -> Result<()> {
         let mut t = self.threads.lock();
         // A failed background sync poisons the database like a foreign one.
         let weak = Arc::downgrade(self);
@@ -315,71 +182,25 @@ impl DbShared {
         };
         t.flusher = Some(
             self.wal()
-                .start_flusher(self.options.sync_interval, Box::new(on_error)),
+                .start_flusher(self.options.sync_interval, Box::new(on_error))?,
         );
         if self.options.background_checkpoints {
             let weak = Arc::downgrade(self);
             t.checkpointer = Some(
                 std::thread::Builder::new()
                     .name("sheafdb-checkpoint".into())
-                    .spawn(move || checkpointer_loop(weak))
-                    .expect("spawn checkpoint thread"),
+                    .spawn(move || checkpointer::checkpointer_loop(weak))?,
             );
         }
+        Ok(())
     }
 
     fn stop_threads(&self) {
-        {
-            let mut st = self.signal.state.lock();
-            st.shutdown = true;
-            self.signal.cv.notify_all();
-        }
+        self.ckpt.shutdown();
         let mut t = self.threads.lock();
         t.flusher = None;
         if let Some(h) = t.checkpointer.take() {
             let _ = h.join();
-        }
-    }
-
-    /// Makes `cf` visible: in the registry and the database-wide snapshot.
-    pub fn register_cf(&self, cf: Arc<CfShared>) {
-        let v = cf.current.load_full();
-        let id = cf.id;
-        self.cfs.write().insert(id, cf);
-        self.snapshot
-            .rcu(|old| Arc::new(old.with(&[(id, Some(v.clone()))])));
-    }
-
-    /// The CF with id `id`.
-    pub fn cf(&self, id: CfId) -> Result<Arc<CfShared>> {
-        self.cfs
-            .read()
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| Error::cf_not_found(id))
-    }
-}
-
-/// The background checkpointer: runs a checkpoint when asked (WAL or dirty
-/// bytes over their trigger) or when the timer fires with work to do.
-fn checkpointer_loop(weak: std::sync::Weak<DbShared>) {
-    loop {
-        let Some(shared) = weak.upgrade() else { return };
-        let interval = shared.options.checkpoint_interval;
-        let requested = {
-            let mut st = shared.signal.state.lock();
-            if !st.requested && !st.shutdown {
-                shared.signal.cv.wait_for(&mut st, interval);
-            }
-            if st.shutdown {
-                return;
-            }
-            std::mem::take(&mut st.requested)
-        };
-        let timer_work = shared.dirty_pages.load(Ordering::Relaxed) > 0;
-        if (requested || timer_work) && shared.check_writable().is_ok() {
-            // A failure poisons the database; writers will see it.
-            let _ = shared.checkpoint_all();
         }
     }
 }
@@ -568,27 +389,33 @@ impl Database {
     /// Starts a write transaction on the default column family, waiting for
     /// the one in progress (if any) to finish.
     pub fn begin_write(&self) -> Result<WriteTransaction> {
-        WriteTransaction::begin(self.shared.clone(), self.shared.cf(CfId::DEFAULT)?)
+        WriteTransaction::begin(
+            self.shared.clone(),
+            self.shared.registry.get(CfId::DEFAULT)?,
+        )
     }
 
     /// Starts a write transaction on the default column family only if no
     /// other one is in progress: `Error::WriterBusy` at once otherwise.
     pub fn try_begin_write(&self) -> Result<WriteTransaction> {
-        WriteTransaction::try_begin(self.shared.clone(), self.shared.cf(CfId::DEFAULT)?)
+        WriteTransaction::try_begin(
+            self.shared.clone(),
+            self.shared.registry.get(CfId::DEFAULT)?,
+        )
     }
 
     /// Takes a snapshot of every column family at one instant (a multi-CF
     /// commit is in all of its CFs or in none). `open_table` on it reads the
     /// default CF. Never blocks: one atomic load.
     pub fn begin_read(&self) -> Result<ReadTransaction> {
-        self.shared.check_not_closed()?;
+        self.shared.health.check_not_closed()?;
         Ok(ReadTransaction::for_db(self.shared.clone()))
     }
 
     /// Verifies checksums, tree order and key bounds, page ownership,
     /// allocator agreement and catalog counts (design.md §11).
     pub fn check_integrity(&self) -> Result<IntegrityReport> {
-        self.shared.check_not_closed()?;
+        self.shared.health.check_not_closed()?;
         integrity::check(&self.shared)
     }
 
@@ -617,7 +444,7 @@ impl Database {
 
     /// Bytes committed but not yet written by a checkpoint.
     pub fn dirty_bytes(&self) -> u64 {
-        self.shared.dirty_bytes()
+        self.shared.ckpt.dirty_bytes()
     }
 
     /// Memory the page cache holds: clean runs (bounded by the cache
@@ -668,10 +495,10 @@ impl Database {
 
     fn shutdown(&self) -> Result<()> {
         self.shared.stop_threads();
-        if !self.shared.mark_closed() {
+        if !self.shared.health.mark_closed() {
             return Ok(());
         }
-        self.shared.check_writable()?;
+        self.shared.health.check_writable()?;
         self.shared.checkpoint_all()?;
         self.shared
             .wal()

@@ -4,15 +4,17 @@
 //! system free space) and the system tree (CF descriptors). It never walks
 //! a user tree, so open time does not grow with the amount of data.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
+use super::checkpointer::{CheckpointState, SysState, Triggers};
+use super::health::Health;
 use super::recover::Replayer;
-use super::{Builder, Database, DbShared, SysState, Threads, SYS_EXTENT_POLICY};
+use super::registry::CfRegistry;
+use super::{Builder, Database, DbShared, Threads, SYS_EXTENT_POLICY};
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Location, Result};
 use crate::format::page::{PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
@@ -84,7 +86,7 @@ pub(super) fn open(
         Found::Foreign(why) => return Err(Error::NotADatabase(format!("{name}: {why}"))),
     };
     open_wal(&shared, vfs, name)?;
-    shared.start_threads();
+    shared.start_threads()?;
     Ok(Database { shared })
 }
 
@@ -106,7 +108,7 @@ fn wal_options(opts: &Builder) -> Result<WalOptions> {
 
 /// Opens the WAL beside the data file and replays it (design.md §7 step 4).
 fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()> {
-    let from = shared.sys.lock().replay_lsn.max(FIRST_LSN);
+    let from = shared.ckpt.sys.lock().replay_lsn.max(FIRST_LSN);
     let opts = wal_options_for(shared);
     let mut replayer = Replayer::new(shared.clone());
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
@@ -128,7 +130,7 @@ fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()>
         // The log ended before a checkpoint LSN (it was damaged): make a
         // base past the skipped LSNs before anything new is appended.
         shared.checkpoint_all()?;
-        debug_assert!(shared.sys.lock().replay_lsn >= floor);
+        debug_assert!(shared.ckpt.sys.lock().replay_lsn >= floor);
     }
     Ok(())
 }
@@ -136,8 +138,9 @@ fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()>
 /// The highest LSN the durable base names: the replay start and every
 /// CF's checkpoint LSN.
 fn checkpoint_floor(shared: &DbShared) -> Lsn {
-    let replay = shared.sys.lock().replay_lsn;
+    let replay = shared.ckpt.sys.lock().replay_lsn;
     shared
+        .registry
         .cfs
         .read()
         .values()
@@ -150,7 +153,7 @@ fn wal_options_for(shared: &DbShared) -> WalOptions {
     w.max_record_bytes = w
         .max_record_bytes
         .min(shared.options.wal_record_max_bytes as u64);
-    let sys = shared.sys.lock();
+    let sys = shared.ckpt.sys.lock();
     w.db_id = sys.db_id;
     w.generation = sys.generation;
     w
@@ -303,24 +306,13 @@ fn new_shared(
             extents,
             user_policy(opts, page_size),
         )),
-        sys: Mutex::new(sys),
-        cfs: RwLock::new(BTreeMap::new()),
-        options: opts.options.clone(),
-        snapshot: arc_swap::ArcSwap::from_pointee(crate::txn::DbVersion::default()),
-        next_cf: AtomicU64::new(next_cf.0),
-        cf_registry: Mutex::new(()),
-        cf_change: RwLock::new(()),
-        dropped: Mutex::new(Vec::new()),
+        registry: CfRegistry::new(next_cf),
+        ckpt: CheckpointState::new(sys, Triggers::new(&opts.options, page_size)),
+        health: Health::default(),
         wal: OnceLock::new(),
-        dirty_pages: Arc::new(AtomicU64::new(0)),
-        last_checkpoint_lsn: AtomicU64::new(0),
+        options: opts.options.clone(),
         replayed_records: AtomicU64::new(0),
-        signal: Default::default(),
         threads: parking_lot::Mutex::new(Threads::default()),
-        poisoned: AtomicBool::new(false),
-        poison_cause: OnceLock::new(),
-        closed: AtomicBool::new(false),
-        close_gate: RwLock::new(()),
         _lock: lock,
     }))
 }
@@ -333,7 +325,7 @@ pub(super) fn new_cf(
     desc: &CfDescriptor,
 ) -> CfShared {
     alloc.set_base_version(desc.version);
-    alloc.set_dirty_counter(shared.dirty_pages.clone());
+    alloc.set_dirty_counter(shared.ckpt.dirty_pages.clone());
     let batch = ReclaimBatch::new(alloc.released_sink());
     let version = CfVersion {
         version: desc.version,
@@ -384,9 +376,9 @@ fn create_new(
     };
     let alloc = CfAllocator::new(CfId::DEFAULT, shared.space.policy, vec![], &[])?;
     let cf = new_cf(&shared, CfId::DEFAULT, desc.name.clone(), alloc, &desc);
-    shared.register_cf(Arc::new(cf));
+    shared.registry.register(Arc::new(cf));
     {
-        let mut sys = shared.sys.lock();
+        let mut sys = shared.ckpt.sys.lock();
         shared.write_checkpoint(&mut sys, &[], vec![(CfId::DEFAULT, Some(desc))], FIRST_LSN)?;
     }
     Ok(shared)
@@ -447,7 +439,7 @@ fn open_existing(
     };
     let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
     load_cfs(&shared)?;
-    if !shared.cfs.read().contains_key(&CfId::DEFAULT) {
+    if !shared.registry.cfs.read().contains_key(&CfId::DEFAULT) {
         return Err(Error::corrupted(
             "default column family missing",
             "system tree",
@@ -488,7 +480,7 @@ fn current_slot(storage: &dyn Storage, ps: usize, sb: &Superblock) -> Result<u8>
 }
 
 fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
-    let root = shared.sys.lock().root;
+    let root = shared.ckpt.sys.lock().root;
     let pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
     let mut cursor = btree::Cursor::new(
         &root,
@@ -501,7 +493,7 @@ fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
         let desc = CfDescriptor::decode(v.as_slice())?;
         let alloc = CfAllocator::new(id, shared.space.policy, extents.extents_of(id), &desc.free)?;
         let cf = new_cf(shared, id, desc.name.clone(), alloc, &desc);
-        shared.register_cf(Arc::new(cf));
+        shared.registry.register(Arc::new(cf));
     }
     Ok(())
 }

@@ -70,16 +70,16 @@ impl Replayer {
         let mut used = false;
         for part in parts {
             if let Some(Op::CreateCf { name }) = part.ops.first() {
-                if self.shared.cf(part.cf).is_err() {
+                if self.shared.registry.get(part.cf).is_err() {
                     // Created after the durable base: build it again.
                     let cf = self.shared.new_cf_state(part.cf, name, lsn)?;
-                    self.shared.register_cf(cf);
+                    self.shared.registry.register(cf);
                     used = true;
                 }
                 continue;
             }
             if !self.cfs.contains_key(&part.cf) {
-                let Ok(cf) = self.shared.cf(part.cf) else {
+                let Ok(cf) = self.shared.registry.get(part.cf) else {
                     // A CF dropped later (its drop is in the base): nothing to do.
                     continue;
                 };
@@ -92,7 +92,7 @@ impl Replayer {
             }
             if part.ops.iter().any(|op| matches!(op, Op::DropCf)) {
                 let r = self.cfs.remove(&part.cf).expect("present");
-                self.shared.unregister_cf(&r.cf);
+                self.shared.registry.unregister(&r.cf);
                 used = true;
                 continue;
             }

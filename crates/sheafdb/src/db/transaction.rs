@@ -58,7 +58,7 @@ impl ReadTransaction {
 
     /// A snapshot of every CF; the home CF is the default one.
     pub(crate) fn for_db(shared: Arc<DbShared>) -> ReadTransaction {
-        let all = shared.snapshot.load_full();
+        let all = shared.registry.snapshot.load_full();
         ReadTransaction {
             shared,
             home: CfId::DEFAULT,

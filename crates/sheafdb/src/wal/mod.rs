@@ -446,21 +446,21 @@ impl Wal {
     /// something is unsynced (`Durability::Eventual`). It holds only a weak
     /// reference, stops when the handle is dropped (joining it) or the WAL
     /// is gone, and exits after a failed sync (the WAL is then poisoned).
+    /// `Error::Io` if the thread cannot be spawned.
     pub fn start_flusher(
         self: &Arc<Self>,
         interval: Duration,
         on_error: OnFlushError,
-    ) -> FlusherHandle {
+    ) -> Result<FlusherHandle> {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let wal = Arc::downgrade(self);
         let thread = std::thread::Builder::new()
             .name("sheafdb-wal-flusher".to_owned())
-            .spawn(move || flusher_loop(&wal, &stop_rx, interval, &*on_error))
-            .expect("spawn WAL flusher thread");
-        FlusherHandle {
+            .spawn(move || flusher_loop(&wal, &stop_rx, interval, &*on_error))?;
+        Ok(FlusherHandle {
             stop: Some(stop_tx),
             thread: Some(thread),
-        }
+        })
     }
 
     /// The group-commit loop of design.md §4.1.

@@ -935,7 +935,9 @@ fn abandoned_and_mis_sized_segments_are_reused() {
 fn flusher_syncs_eventual_commits_and_stops_on_drop() {
     let (wal, _, _) = open_collect(Arc::new(MemVfs::new()), SEG, Lsn(0));
     let wal = Arc::new(wal);
-    let handle = wal.start_flusher(Duration::from_millis(2), Box::new(|_| {}));
+    let handle = wal
+        .start_flusher(Duration::from_millis(2), Box::new(|_| {}))
+        .unwrap();
     let (_, end) = wal.append(b"eventual").unwrap();
     wal.wait_written(end).unwrap();
     let start = Instant::now();
@@ -951,7 +953,9 @@ fn flusher_syncs_eventual_commits_and_stops_on_drop() {
     assert!(t.elapsed() < Duration::from_secs(5));
 
     // The flusher does not keep the WAL alive, and exits once it is gone.
-    let handle = wal.start_flusher(Duration::from_millis(1), Box::new(|_| {}));
+    let handle = wal
+        .start_flusher(Duration::from_millis(1), Box::new(|_| {}))
+        .unwrap();
     let weak = Arc::downgrade(&wal);
     drop(wal);
     thread::sleep(Duration::from_millis(20));

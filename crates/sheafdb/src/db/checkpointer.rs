@@ -1,0 +1,176 @@
+//! What drives checkpoints: the system state they own, their triggers, and
+//! the background thread.
+//!
+//! Owns: [`CheckpointState`]: the durable system state (`SysState`, under
+//! the lock every checkpoint holds), the dirty-page counter shared with
+//! every CF allocator, the LSN the last checkpoint started at, the
+//! triggers, and the signal that wakes the `sheafdb-checkpoint` thread
+//! ([`checkpointer_loop`]). The checkpoint itself is `db::checkpoint`.
+//!
+//! Invariants: `sys` changes only under its lock, held for one whole
+//! checkpoint; the background thread holds only a weak handle, so it
+//! never keeps a dropped database alive, and exits on `shutdown`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::btree::TreeRoot;
+use crate::pager::alloc::CfAllocator;
+use crate::types::{CfId, Lsn, PageId};
+
+use super::{DbShared, Options};
+
+/// Durable system state, changed only by checkpoints (under its lock).
+#[derive(Debug)]
+pub(crate) struct SysState {
+    /// Generation of the current superblock.
+    pub generation: u64,
+    /// Slot (0 or 1) holding the current superblock.
+    pub slot: u8,
+    /// Root of the system tree.
+    pub root: TreeRoot,
+    /// Allocator of system extents.
+    pub alloc: Arc<Mutex<CfAllocator>>,
+    /// The metadata blob run of the current superblock.
+    pub meta_run: Option<(PageId, u32)>,
+    /// Next CF id to hand out.
+    pub next_cf: CfId,
+    /// WAL position replay starts from (every CF's base covers what is
+    /// below it).
+    pub replay_lsn: Lsn,
+    /// The database's random identity (superblock and WAL headers).
+    pub db_id: u64,
+    /// One past the highest page any checkpoint wrote: the data file is
+    /// at least this long, or it was truncated.
+    pub written_pages: u64,
+}
+
+/// When a checkpoint is due.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Triggers {
+    /// WAL bytes since the last checkpoint started.
+    pub wal_bytes: u64,
+    /// Dirty bytes over all CFs.
+    pub dirty_bytes: u64,
+    /// Dirty bytes past which a new writer checkpoints itself first.
+    pub hard_limit_bytes: u64,
+    /// Page size, to turn the page counter into bytes.
+    pub page_size: u64,
+}
+
+impl Triggers {
+    /// The triggers `options` set, for pages of `page_size` bytes.
+    pub fn new(options: &Options, page_size: usize) -> Triggers {
+        Triggers {
+            wal_bytes: options.checkpoint_wal_bytes,
+            dirty_bytes: options.checkpoint_dirty_bytes,
+            hard_limit_bytes: options.dirty_hard_limit_bytes,
+            page_size: page_size as u64,
+        }
+    }
+}
+
+/// What the background checkpointer is asked to do.
+#[derive(Debug, Default)]
+struct SignalState {
+    /// Run a checkpoint soon (a trigger fired).
+    requested: bool,
+    /// Exit (the database is closing).
+    shutdown: bool,
+}
+
+/// The checkpointer's state in one open database.
+#[derive(Debug)]
+pub(crate) struct CheckpointState {
+    /// The durable system state; held for one whole checkpoint.
+    pub sys: Mutex<SysState>,
+    /// Pages committed since their CF's durable base, over all CFs.
+    pub dirty_pages: Arc<AtomicU64>,
+    /// WAL position when the last checkpoint started (trigger by WAL bytes).
+    pub last_lsn: AtomicU64,
+    triggers: Triggers,
+    signal: Mutex<SignalState>,
+    wake: Condvar,
+}
+
+impl CheckpointState {
+    /// The state of a database whose durable system state is `sys`.
+    pub fn new(sys: SysState, triggers: Triggers) -> CheckpointState {
+        assert!(triggers.page_size > 0, "page size 0");
+        CheckpointState {
+            sys: Mutex::new(sys),
+            dirty_pages: Arc::new(AtomicU64::new(0)),
+            last_lsn: AtomicU64::new(0),
+            triggers,
+            signal: Mutex::new(SignalState::default()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Bytes committed since the durable base, over all CFs.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_pages.load(Ordering::Relaxed) * self.triggers.page_size
+    }
+
+    /// True past the hard dirty limit: a new writer checkpoints first.
+    pub fn over_hard_limit(&self) -> bool {
+        self.dirty_bytes() >= self.triggers.hard_limit_bytes
+    }
+
+    /// Asks the background checkpointer to run soon.
+    pub fn request(&self) {
+        let mut st = self.signal.lock();
+        st.requested = true;
+        self.wake.notify_all();
+    }
+
+    /// Tells the background checkpointer to exit.
+    pub fn shutdown(&self) {
+        let mut st = self.signal.lock();
+        st.shutdown = true;
+        self.wake.notify_all();
+    }
+
+    /// After a commit whose record ended at `end`: wake the checkpointer if
+    /// a trigger fired. Uses the commit's own LSN, so the commit path does
+    /// not take the WAL lock again.
+    pub fn after_commit(&self, end: Lsn) {
+        let since = end.0.saturating_sub(self.last_lsn.load(Ordering::Relaxed));
+        if since >= self.triggers.wal_bytes || self.dirty_bytes() >= self.triggers.dirty_bytes {
+            self.request();
+        }
+    }
+
+    /// Waits up to `interval` for a request; `None` on shutdown, else
+    /// whether a checkpoint was requested.
+    fn wait_request(&self, interval: Duration) -> Option<bool> {
+        let mut st = self.signal.lock();
+        if !st.requested && !st.shutdown {
+            self.wake.wait_for(&mut st, interval);
+        }
+        if st.shutdown {
+            return None;
+        }
+        Some(std::mem::take(&mut st.requested))
+    }
+}
+
+/// The background checkpointer: runs a checkpoint when asked (WAL or dirty
+/// bytes over their trigger) or when the timer fires with work to do.
+pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        let interval = shared.options.checkpoint_interval;
+        let Some(requested) = shared.ckpt.wait_request(interval) else {
+            return;
+        };
+        let timer_work = shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0;
+        if (requested || timer_work) && shared.health.check_writable().is_ok() {
+            // A failure poisons the database; writers will see it.
+            let _ = shared.checkpoint_all();
+        }
+    }
+}
