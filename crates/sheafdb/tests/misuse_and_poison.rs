@@ -457,6 +457,58 @@ fn drop_cf_while_this_thread_writes_it_errors() {
     assert!(r.1.is_ok(), "{:?}", r.1);
 }
 
+/// A writer that creates a CF while another thread's `drop_cf` of the
+/// writer's own CF waits for it: `drop_cf` used to hold the create/drop
+/// lock while it waited for the writer, so `create_cf` waited on `drop_cf`
+/// and `drop_cf` on the writer's commit (a deadlock across two threads).
+#[test]
+fn create_cf_while_another_thread_drops_this_writers_cf_does_not_hang() {
+    let db = mem_db();
+    let r = watchdog("create_cf during a drop_cf of the writer's CF", move || {
+        let cf = db.cf_or_create("x").unwrap();
+        let tx = cf.begin_write().unwrap();
+        tx.open_table(U).unwrap().insert(1, 1).unwrap();
+        let db2 = db.clone();
+        let dropper = thread::spawn(move || db2.drop_cf("x"));
+        // Let the dropper reach its wait for this thread's writer.
+        thread::sleep(Duration::from_millis(100));
+        let created = db.create_cf("y").map(|c| c.name().to_string());
+        let committed = tx.commit();
+        let dropped = dropper.join().expect("drop_cf panicked");
+        let names = db.list_cfs().unwrap();
+        (created, committed, dropped, names)
+    });
+    assert_eq!(r.0.as_deref().ok(), Some("y"), "{:?}", r.0);
+    assert!(r.1.is_ok(), "{:?}", r.1);
+    assert!(r.2.is_ok(), "{:?}", r.2);
+    assert_eq!(r.3, ["default", "y"]);
+}
+
+/// Two threads dropping the same CF: one succeeds, the other gets
+/// `CfNotFound` (it waited for the writer lock of a CF that went away).
+#[test]
+fn racing_drops_of_one_cf_give_one_success() {
+    let db = mem_db();
+    db.cf_or_create("x").unwrap();
+    let rs = watchdog("two drop_cf of one CF", move || {
+        let a = {
+            let db = db.clone();
+            thread::spawn(move || db.drop_cf("x"))
+        };
+        let b = {
+            let db = db.clone();
+            thread::spawn(move || db.drop_cf("x"))
+        };
+        [a.join().unwrap(), b.join().unwrap()]
+    });
+    let ok = rs.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 1, "{rs:?}");
+    assert!(
+        rs.iter().any(|r| matches!(r, Err(Error::CfNotFound(_)))),
+        "{rs:?}"
+    );
+}
+
 #[test]
 fn check_integrity_while_this_thread_writes_errors() {
     let db = mem_db();

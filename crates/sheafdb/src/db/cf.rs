@@ -246,7 +246,6 @@ impl Database {
     /// progress, if any. The default CF cannot be dropped.
     pub fn drop_cf(&self, name: &str) -> Result<()> {
         self.shared.check_open()?;
-        let _registry = self.shared.registry.create_drop.lock();
         let cf = self
             .shared
             .cf_by_name(name)
@@ -256,8 +255,14 @@ impl Database {
                 "the default column family cannot be dropped".into(),
             ));
         }
-        // `WouldDeadlock` if this thread holds the CF's write transaction.
+        // The writer lock first, the create/drop lock after (ARCHITECTURE.md
+        // lock order): waiting for the CF's writer while holding the
+        // create/drop lock would deadlock with that writer's own
+        // `create_cf`. `WouldDeadlock` if this thread holds the writer.
         let _writer = cf.lock_writer()?;
+        let _registry = self.shared.registry.create_drop.lock();
+        // Another drop may have won the race while this one waited.
+        cf.check_live()?;
         cf.wait_publication(None, &|| self.shared.health.check_writable())?;
         let _open = self.shared.health.enter_commit()?;
         let end = {
