@@ -23,6 +23,7 @@ pub mod btree;
 pub mod db;
 pub mod error;
 pub mod format;
+pub(crate) mod lock_rank;
 pub mod pager;
 pub mod storage;
 pub mod table;

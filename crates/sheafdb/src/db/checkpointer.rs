@@ -18,6 +18,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::btree::TreeRoot;
+use crate::lock_rank::{ranks, RankedMutex};
 use crate::pager::alloc::CfAllocator;
 use crate::types::{CfId, Lsn, PageId};
 
@@ -86,7 +87,7 @@ struct SignalState {
 #[derive(Debug)]
 pub(crate) struct CheckpointState {
     /// The durable system state; held for one whole checkpoint.
-    pub sys: Mutex<SysState>,
+    pub sys: RankedMutex<SysState, { ranks::SYS }>,
     /// Pages committed since their CF's durable base, over all CFs.
     pub dirty_pages: Arc<AtomicU64>,
     /// WAL position when the last checkpoint started (trigger by WAL bytes).
@@ -101,7 +102,7 @@ impl CheckpointState {
     pub fn new(sys: SysState, triggers: Triggers) -> CheckpointState {
         assert!(triggers.page_size > 0, "page size 0");
         CheckpointState {
-            sys: Mutex::new(sys),
+            sys: RankedMutex::new(sys),
             dirty_pages: Arc::new(AtomicU64::new(0)),
             last_lsn: AtomicU64::new(0),
             triggers,

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use parking_lot::{RwLock, RwLockReadGuard};
+use crate::lock_rank::{ranks, RankedRead, RankedRwLock};
 
 use crate::error::{Error, PoisonCause, Result};
 
@@ -30,7 +30,7 @@ pub(crate) struct Health {
     /// check until it returns; write-held by close while it sets `closed`.
     /// So every commit that passed the check is covered by close's final
     /// checkpoint and sync, and none starts after it.
-    close_gate: RwLock<()>,
+    close_gate: RankedRwLock<(), { ranks::CLOSE_GATE }>,
 }
 
 impl Health {
@@ -58,7 +58,7 @@ impl Health {
 
     /// For a commit or a CF change: holds off close until the caller is
     /// done, after checking the database is open and writable.
-    pub fn enter_commit(&self) -> Result<RwLockReadGuard<'_, ()>> {
+    pub fn enter_commit(&self) -> Result<RankedRead<'_, ()>> {
         let gate = self.close_gate.read();
         self.check_open()?;
         Ok(gate)

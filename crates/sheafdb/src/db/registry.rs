@@ -16,6 +16,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
 
+use crate::lock_rank::{ranks, RankedMutex, RankedRwLock};
+
 use crate::error::{Error, Result};
 use crate::txn::{CfShared, DbVersion};
 use crate::types::CfId;
@@ -30,12 +32,12 @@ pub(crate) struct CfRegistry {
     /// Next CF id (never reused; persisted in the superblock).
     pub next_id: AtomicU64,
     /// Serialises CF creation and drop (not on any commit path).
-    pub create_drop: Mutex<()>,
+    pub create_drop: RankedMutex<(), { ranks::CREATE_DROP }>,
     /// Write-held by CF creation/drop from their WAL append until the
     /// registry reflects it; read-held by a checkpoint while it samples the
     /// log end, the registry and the snapshot, so it never records a log
     /// end past a CF record it has not seen.
-    pub change: RwLock<()>,
+    pub change: RankedRwLock<(), { ranks::CF_CHANGE }>,
     /// Dropped CFs whose descriptor or extents are not released yet.
     pub dropped: Mutex<Vec<Arc<CfShared>>>,
 }
@@ -47,8 +49,8 @@ impl CfRegistry {
             cfs: RwLock::new(BTreeMap::new()),
             snapshot: ArcSwap::from_pointee(DbVersion::default()),
             next_id: AtomicU64::new(next_id.0),
-            create_drop: Mutex::new(()),
-            change: RwLock::new(()),
+            create_drop: RankedMutex::new(()),
+            change: RankedRwLock::new(()),
             dropped: Mutex::new(Vec::new()),
         }
     }

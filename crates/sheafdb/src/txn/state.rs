@@ -14,11 +14,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
+use crate::lock_rank::{ranks, suspend, RankedGuard, RankedMutex, Suspended};
 use crate::pager::space::PageSpace;
 use crate::types::{CfId, TableId};
 use crate::wal::record::{CommitEncoder, Op};
@@ -256,11 +255,16 @@ impl WriteState {
 }
 
 /// Clears [`WriteCore::callback_scope`] when dropped.
-pub(crate) struct CallbackScope<'a>(&'a std::sync::atomic::AtomicU64);
+/// The lock-rank record is set aside meanwhile (user code orders its own
+/// locks).
+pub(crate) struct CallbackScope<'a> {
+    thread: &'a std::sync::atomic::AtomicU64,
+    _ranks: Suspended,
+}
 
 impl Drop for CallbackScope<'_> {
     fn drop(&mut self) {
-        self.0.store(0, std::sync::atomic::Ordering::Release);
+        self.thread.store(0, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -269,11 +273,11 @@ impl Drop for CallbackScope<'_> {
 /// (if any) running user code under the state lock.
 #[derive(Debug)]
 pub(crate) struct WriteCore {
-    state: Mutex<WriteState>,
+    state: RankedMutex<WriteState, { ranks::TXN_STATE }>,
     /// Names of the tables with a live handle. Its own lock, taken after
     /// `state` (never the other way), so dropping a handle never waits on
     /// the state.
-    open_tables: Mutex<HashSet<String>>,
+    open_tables: RankedMutex<HashSet<String>, { ranks::OPEN_TABLES }>,
     /// [`thread_token`] of a thread running user code (an `extract_if` or
     /// `retain` closure) while it holds `state`; 0 when none.
     callback_thread: std::sync::atomic::AtomicU64,
@@ -283,15 +287,15 @@ impl WriteCore {
     /// A core over `state`, with no table open.
     pub fn new(state: WriteState) -> WriteCore {
         WriteCore {
-            state: Mutex::new(state),
-            open_tables: Mutex::new(HashSet::new()),
+            state: RankedMutex::new(state),
+            open_tables: RankedMutex::new(HashSet::new()),
             callback_thread: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// The transaction's state; `WouldDeadlock` if this thread holds it
     /// already (an `extract_if`/`retain` closure that uses the transaction).
-    pub fn state(&self) -> Result<parking_lot::MutexGuard<'_, WriteState>> {
+    pub fn state(&self) -> Result<RankedGuard<'_, WriteState>> {
         use std::sync::atomic::Ordering;
         if self.callback_thread.load(Ordering::Acquire) == thread_token() {
             return Err(Error::WouldDeadlock(
@@ -313,7 +317,10 @@ impl WriteCore {
     pub fn callback_scope(&self) -> CallbackScope<'_> {
         self.callback_thread
             .store(thread_token(), std::sync::atomic::Ordering::Release);
-        CallbackScope(&self.callback_thread)
+        CallbackScope {
+            thread: &self.callback_thread,
+            _ranks: suspend(),
+        }
     }
 
     /// Registers a handle on table `name` (creating the table if needed)

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use crate::btree::TreeRoot;
 use crate::error::{Error, Result};
+use crate::lock_rank::{acquire, ranks, Held, Rank, RankedMutex};
 use crate::pager::alloc::{CfAllocator, ReclaimBatch};
 use crate::types::{CfId, Lsn, TableId, Version};
 
@@ -124,7 +125,7 @@ pub(crate) struct CfShared {
     writer_owner: Arc<std::sync::atomic::AtomicU64>,
     pub current: ArcSwap<CfVersion>,
     pub alloc: Arc<Mutex<CfAllocator>>,
-    publish: Mutex<PublishQueue>,
+    publish: RankedMutex<PublishQueue, { ranks::PUBLISH }>,
     published: parking_lot::Condvar,
     /// The durable base of this CF.
     pub base: Mutex<DurableBase>,
@@ -137,7 +138,7 @@ pub(crate) struct CfShared {
     /// head ([`CfShared::set_head_version`]); taken briefly by a checkpoint
     /// to read the head version, so it never sees a record appended but
     /// not yet installed. Lock order: writer lock, then this, then the WAL.
-    pub commit_gate: Mutex<()>,
+    pub commit_gate: RankedMutex<(), { ranks::COMMIT_GATE }>,
     /// Version of the latest committed (not necessarily published) state.
     head_version: std::sync::atomic::AtomicU64,
 }
@@ -162,9 +163,9 @@ impl CfShared {
             })),
             current: ArcSwap::new(version),
             alloc: Arc::new(Mutex::new(alloc)),
-            publish: Mutex::new(PublishQueue::default()),
+            publish: RankedMutex::new(PublishQueue::default()),
             published: parking_lot::Condvar::new(),
-            commit_gate: Mutex::new(()),
+            commit_gate: RankedMutex::new(()),
             head_version,
         }
     }
@@ -185,12 +186,14 @@ impl CfShared {
     fn guard(
         &self,
         guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
+        rank: Held,
     ) -> WriterGuard {
         self.writer_owner
             .store(thread_token(), std::sync::atomic::Ordering::Release);
         WriterGuard {
             guard,
             owner: self.writer_owner.clone(),
+            _rank: rank,
         }
     }
 
@@ -200,7 +203,8 @@ impl CfShared {
         if self.writer_held_here() {
             return Err(self.would_deadlock());
         }
-        Ok(self.guard(self.writer.lock_arc()))
+        let rank = acquire(Rank::Writer);
+        Ok(self.guard(self.writer.lock_arc(), rank))
     }
 
     /// Takes the writer lock if it is free; `WriterBusy` (or
@@ -209,8 +213,9 @@ impl CfShared {
         if self.writer_held_here() {
             return Err(self.would_deadlock());
         }
+        let rank = acquire(Rank::Writer);
         match self.writer.try_lock_arc() {
-            Some(g) => Ok(self.guard(g)),
+            Some(g) => Ok(self.guard(g, rank)),
             None => Err(Error::WriterBusy(self.name.clone())),
         }
     }
@@ -295,7 +300,7 @@ impl CfShared {
                 return Err(Error::Poisoned(cause.clone()));
             }
             self.published
-                .wait_for(&mut q, std::time::Duration::from_millis(20));
+                .wait_for(q.inner(), std::time::Duration::from_millis(20));
         }
     }
 
@@ -318,7 +323,7 @@ impl CfShared {
             }
             healthy()?;
             self.published
-                .wait_for(&mut q, std::time::Duration::from_millis(20));
+                .wait_for(q.inner(), std::time::Duration::from_millis(20));
         }
     }
 
@@ -385,6 +390,8 @@ pub(crate) fn thread_token() -> u64 {
 pub(crate) struct WriterGuard {
     guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
     owner: Arc<std::sync::atomic::AtomicU64>,
+    /// Dropped after the mutex guard (field order).
+    _rank: Held,
 }
 
 impl std::ops::Deref for WriterGuard {

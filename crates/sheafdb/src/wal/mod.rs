@@ -72,7 +72,9 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, MutexGuard};
+
+use crate::lock_rank::{ranks, RankedMutex};
 
 pub use frame::{StopReason, FRAME_HEADER_BYTES};
 pub use record::{decode_commit, encode_commit, CfPart, CommitEncoder, Op};
@@ -169,7 +171,7 @@ pub struct WalStats {
 
 /// The write-ahead log of one database. `Send + Sync`; used through `&self`.
 pub struct Wal {
-    state: Mutex<State>,
+    state: RankedMutex<State, { ranks::WAL_STATE }>,
     /// Signalled after every I/O round.
     round_done: Condvar,
     opts: WalOptions,
@@ -241,7 +243,7 @@ pub fn open(
     }
     let io = SegmentIo::new(vfs, name, opts.segment_bytes, files);
     let wal = Wal {
-        state: Mutex::new(State {
+        state: RankedMutex::new(State {
             layout: Layout::resume(opts.segment_bytes, resume),
             written_lsn: next_lsn,
             synced_lsn: next_lsn,
@@ -480,9 +482,9 @@ impl Wal {
                 return Ok(());
             }
             if st.io_in_progress {
-                self.round_done.wait(&mut st);
+                self.round_done.wait(st.inner());
             } else {
-                self.lead_round(&mut st, need)?;
+                self.lead_round(st.inner(), need)?;
             }
         }
     }
