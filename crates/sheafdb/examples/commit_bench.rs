@@ -13,6 +13,11 @@
 //!    the same threads all on one column family.
 //! 5. Point-read throughput with 1, 2, 4, 8 reader threads.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "measures raw fdatasync on its own file, beside the engine"
+)]
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

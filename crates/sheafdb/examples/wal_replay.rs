@@ -5,6 +5,11 @@
 //! (defaults: 1,000,000 records; a temporary directory under the current
 //! one — not `/tmp`, which may be a RAM file system where syncs are free).
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "a benchmark preallocating its own scratch file, outside the engine"
+)]
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use sheafdb::storage::file::FsVfs;
 use sheafdb::storage::Vfs;
-use sheafdb::types::Lsn;
-use sheafdb::wal::{self, Wal, WalOptions};
+use sheafdb::testing::{open_wal as wal_open, Lsn, ReplaySummary, Wal, WalOptions};
 use sheafdb::Result;
 
 const PAYLOAD_BYTES: usize = 50;
@@ -84,9 +88,9 @@ fn fdatasync_latency(dir: &std::path::Path) -> std::io::Result<Latency> {
     })
 }
 
-fn open_wal(vfs: &Arc<dyn Vfs>, name: &str) -> Result<(Wal, wal::ReplaySummary, u64)> {
+fn open_wal(vfs: &Arc<dyn Vfs>, name: &str) -> Result<(Wal, ReplaySummary, u64)> {
     let mut bytes = 0u64;
-    let (wal, summary) = wal::open(
+    let (wal, summary) = wal_open(
         Arc::clone(vfs),
         name,
         WalOptions::default(),

@@ -19,21 +19,22 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod btree;
-pub mod db;
-pub mod error;
-pub mod format;
+pub(crate) mod btree;
+pub(crate) mod db;
+pub(crate) mod error;
+pub(crate) mod format;
 pub(crate) mod lock_rank;
-pub mod pager;
+pub(crate) mod pager;
 pub mod storage;
 pub mod table;
-pub mod txn;
-pub mod types;
-pub mod wal;
+pub mod testing;
+pub(crate) mod txn;
+pub(crate) mod types;
+pub(crate) mod wal;
 
-pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport, MemoryStats};
+pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport, MemoryStats, MAX_CF_NAME};
 pub use db::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
 pub use error::{Error, Location, PoisonCause, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};
 pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};
-pub use txn::Durability;
+pub use txn::{Durability, MAX_TABLE_NAME};

@@ -12,11 +12,6 @@ macro_rules! id_newtype {
         pub struct $name(pub u64);
 
         impl $name {
-            /// The raw number, for encoding.
-            #[inline]
-            pub const fn get(self) -> u64 {
-                self.0
-            }
         }
 
         impl fmt::Debug for $name {

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::builder;
-use sheafdb::format::superblock::{Superblock, SLOT_LEN};
 use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
 use sheafdb::storage::Vfs;
+use sheafdb::testing::{Superblock, SLOT_LEN};
 use sheafdb::{Database, Error, TableDefinition};
 
 const T: TableDefinition<u64, u64> = TableDefinition::new("t");

@@ -35,6 +35,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("table", &["btree", "error", "txn", "types", "wal"]),
+    ("testing", &["format", "types", "wal"]),
     (
         "db",
         &[
@@ -61,6 +62,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pager",
             "storage",
             "table",
+            "testing",
             "txn",
             "types",
             "wal",
@@ -76,7 +78,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["format"],
     &["pager", "btree", "wal"],
-    &["txn"],
+    &["txn", "testing"],
     &["table"],
     &["db"],
     &["lib"],

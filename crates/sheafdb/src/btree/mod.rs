@@ -48,7 +48,10 @@ use crate::types::PageId;
 
 pub use cursor::Cursor;
 pub use dirty::collect_dirty;
-pub use mutate::{delete, drain_filter, insert, pop_first, pop_last, put, remove, retain};
+#[cfg(test)]
+pub use mutate::{delete, put, retain};
+pub use mutate::{drain_filter, insert, pop_first, pop_last, remove};
+#[cfg(test)]
 pub use node::{max_key_len, max_value_len};
 pub use walk::{clear, walk};
 
@@ -64,10 +67,7 @@ pub struct TreeRoot {
     pub len: u64,
 }
 
-impl TreeRoot {
-    /// An empty tree.
-    pub const EMPTY: TreeRoot = TreeRoot { root: None, len: 0 };
-}
+impl TreeRoot {}
 
 /// Zero-copy bytes of a key or value: a range of a page (or overflow run)
 /// that this handle keeps alive.
@@ -101,18 +101,6 @@ impl Bytes {
     #[inline]
     pub fn as_slice(&self) -> &[u8] {
         &self.page.bytes()[self.start..self.end]
-    }
-
-    /// Length in bytes.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.end - self.start
-    }
-
-    /// True if empty.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.start == self.end
     }
 
     /// An owned copy.
@@ -261,6 +249,7 @@ pub fn get<S: PageRead + ?Sized>(
 }
 
 /// The entry with the smallest key.
+#[cfg(test)]
 pub fn first<S: PageRead + ?Sized>(
     store: &S,
     root: &TreeRoot,
@@ -269,6 +258,7 @@ pub fn first<S: PageRead + ?Sized>(
 }
 
 /// The entry with the largest key.
+#[cfg(test)]
 pub fn last<S: PageRead + ?Sized>(
     store: &S,
     root: &TreeRoot,

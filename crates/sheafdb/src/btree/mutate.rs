@@ -770,6 +770,7 @@ pub fn insert<S: PageWrite + ?Sized>(
 
 /// Inserts or replaces `key` without reading the old value; true if a
 /// value was replaced.
+#[cfg(test)]
 pub fn put<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
@@ -878,6 +879,7 @@ fn delete_all<S: PageWrite + ?Sized, T>(
 
 /// Keeps only the entries for which `f` returns true; returns how many were
 /// removed.
+#[cfg(test)]
 pub fn retain<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,

@@ -58,10 +58,15 @@
 //! page holds at least three cells. Keys longer than [`max_key_len`] are
 //! rejected; longer values go to overflow runs.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use std::cmp::Ordering;
 
 use crate::error::{Error, Result};
-use crate::format::page::{read_u16, read_u32, read_u64, PageBuf, PageType, HEADER_LEN};
+use crate::format::codec::{
+    put_bytes, put_u16, put_u32, put_u64, put_u8, read_u16, read_u32, read_u64, read_u8, slice_at,
+};
+use crate::format::page::{PageBuf, PageType, HEADER_LEN};
 use crate::types::{CfId, PageId};
 
 /// Offset of `content_start`.
@@ -174,11 +179,11 @@ impl<'a> NodeRef<'a> {
                 ))
             }
         };
-        let level = b[OFF_LEVEL];
+        let level = read_u8(b, OFF_LEVEL);
         if is_leaf != (level == 0) || level > MAX_LEVEL {
             return Err(Error::corrupted_page(id, format!("bad node level {level}")));
         }
-        if b[OFF_RESERVED] != 0 {
+        if read_u8(b, OFF_RESERVED) != 0 {
             return Err(Error::corrupted_page(
                 id,
                 "reserved node header byte not zero",
@@ -256,8 +261,9 @@ impl<'a> NodeRef<'a> {
     #[inline]
     fn span(&self, off: usize, len: usize, what: &str) -> Result<&'a [u8]> {
         match off.checked_add(len) {
-            Some(end) if end <= self.b.len() => Ok(&self.b[off..end]),
-            _ => Err(self.corrupt(format!("{what} passes the page end"))),
+            Some(_) => slice_at(self.b, off, len)
+                .ok_or_else(|| self.corrupt(format!("{what} passes the page end"))),
+            None => Err(self.corrupt(format!("{what} passes the page end"))),
         }
     }
 
@@ -268,7 +274,7 @@ impl<'a> NodeRef<'a> {
         let h = self.span(off, LEAF_CELL_HEADER, "leaf cell header")?;
         let klen = read_u16(h, 0) as usize;
         let vlen = read_u32(h, 2) as usize;
-        let flags = h[6];
+        let flags = read_u8(h, 6);
         let key = self.span(off + LEAF_CELL_HEADER, klen, "leaf key")?;
         let vstart = off + LEAF_CELL_HEADER + klen;
         let page_size = self.b.len();
@@ -429,8 +435,10 @@ impl<'a> NodeRef<'a> {
         }
         spans.sort_unstable();
         for w in spans.windows(2) {
-            if w[0].1 > w[1].0 {
-                return Err(self.corrupt("cells overlap"));
+            if let [(_, a_end), (b_start, _)] = w {
+                if a_end > b_start {
+                    return Err(self.corrupt("cells overlap"));
+                }
             }
         }
         if self.used_exact()? != self.used() {
@@ -481,11 +489,11 @@ impl<'a> NewCell<'a> {
             | NewCell::Branch { key, .. } => key,
             NewCell::Raw { leaf: true, bytes } => {
                 let klen = read_u16(bytes, 0) as usize;
-                &bytes[LEAF_CELL_HEADER..LEAF_CELL_HEADER + klen]
+                slice_at(bytes, LEAF_CELL_HEADER, klen).unwrap_or_default()
             }
             NewCell::Raw { leaf: false, bytes } => {
                 let klen = read_u16(bytes, 8) as usize;
-                &bytes[BRANCH_CELL_HEADER..BRANCH_CELL_HEADER + klen]
+                slice_at(bytes, BRANCH_CELL_HEADER, klen).unwrap_or_default()
             }
         }
     }
@@ -505,17 +513,17 @@ impl<'a> NewCell<'a> {
         match self {
             NewCell::LeafInline { key, value } => {
                 write_leaf_header(dst, key, value.len() as u32, 0);
-                dst[LEAF_CELL_HEADER + key.len()..].copy_from_slice(value);
+                put_bytes(dst, LEAF_CELL_HEADER + key.len(), value);
             }
             NewCell::LeafOverflow { key, id, len } => {
                 write_leaf_header(dst, key, *len, FLAG_OVERFLOW);
-                dst[LEAF_CELL_HEADER + key.len()..].copy_from_slice(&id.0.to_le_bytes());
+                put_u64(dst, LEAF_CELL_HEADER + key.len(), id.0);
             }
             NewCell::Branch { child, key } => {
                 debug_assert!(key.len() <= u16::MAX as usize);
-                dst[0..8].copy_from_slice(&child.0.to_le_bytes());
-                dst[8..10].copy_from_slice(&(key.len() as u16).to_le_bytes());
-                dst[BRANCH_CELL_HEADER..].copy_from_slice(key);
+                put_u64(dst, 0, child.0);
+                put_u16(dst, 8, key.len() as u16);
+                put_bytes(dst, BRANCH_CELL_HEADER, key);
             }
             NewCell::Raw { bytes, .. } => dst.copy_from_slice(bytes),
         }
@@ -524,10 +532,10 @@ impl<'a> NewCell<'a> {
 
 fn write_leaf_header(dst: &mut [u8], key: &[u8], vlen: u32, flags: u8) {
     debug_assert!(key.len() <= u16::MAX as usize);
-    dst[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
-    dst[2..6].copy_from_slice(&vlen.to_le_bytes());
-    dst[6] = flags;
-    dst[LEAF_CELL_HEADER..LEAF_CELL_HEADER + key.len()].copy_from_slice(key);
+    put_u16(dst, 0, key.len() as u16);
+    put_u32(dst, 2, vlen);
+    put_u8(dst, 6, flags);
+    put_bytes(dst, LEAF_CELL_HEADER, key);
 }
 
 /// Builds a fresh node page cell by cell, in key order.
@@ -548,7 +556,7 @@ impl NodeBuilder {
             PageType::Branch
         };
         let mut buf = PageBuf::new_run(page_size, 1, ty, id, cf);
-        buf.bytes_mut()[OFF_LEVEL] = level;
+        put_u8(buf.bytes_mut(), OFF_LEVEL, level);
         NodeBuilder {
             buf,
             count: 0,
@@ -570,7 +578,7 @@ impl NodeBuilder {
             ));
         }
         let off = self.content - len;
-        cell.write(&mut self.buf.bytes_mut()[off..self.content]);
+        cell.write(region(self.buf.bytes_mut(), off, self.content));
         set_slot(&mut self.buf, self.count, off);
         self.content = off;
         self.count += 1;
@@ -580,8 +588,7 @@ impl NodeBuilder {
     /// Sets the rightmost child of a branch.
     pub fn set_rightmost(&mut self, child: PageId) {
         debug_assert!(self.level > 0);
-        self.buf.bytes_mut()[OFF_RIGHTMOST..OFF_RIGHTMOST + 8]
-            .copy_from_slice(&child.0.to_le_bytes());
+        put_u64(self.buf.bytes_mut(), OFF_RIGHTMOST, child.0);
     }
 
     /// The finished page.
@@ -631,24 +638,35 @@ pub(crate) fn copy_node(
     };
     let mut copy = PageBuf::new_run(page_size, 1, ty, id, cf);
     copy.set_count(node.count() as u16);
-    copy.bytes_mut()[HEADER_LEN..].copy_from_slice(&page.bytes()[HEADER_LEN..]);
+    let body = page.bytes().get(HEADER_LEN..).unwrap_or_default();
+    put_bytes(copy.bytes_mut(), HEADER_LEN, body);
     Ok(copy)
 }
 
 fn set_slot(page: &mut PageBuf, i: usize, off: usize) {
     debug_assert!(off < page.len() && off <= u16::MAX as usize);
     let at = NODE_HEADER_LEN + i * SLOT_LEN;
-    page.bytes_mut()[at..at + 2].copy_from_slice(&(off as u16).to_le_bytes());
+    put_u16(page.bytes_mut(), at, off as u16);
 }
 
 fn set_dead(page: &mut PageBuf, dead: usize) {
     debug_assert!(dead <= u16::MAX as usize);
-    page.bytes_mut()[OFF_DEAD..OFF_DEAD + 2].copy_from_slice(&(dead as u16).to_le_bytes());
+    put_u16(page.bytes_mut(), OFF_DEAD, dead as u16);
 }
 
 fn set_content(page: &mut PageBuf, content: usize) {
     debug_assert!(content <= page.len());
-    page.bytes_mut()[OFF_CONTENT..OFF_CONTENT + 4].copy_from_slice(&(content as u32).to_le_bytes());
+    put_u32(page.bytes_mut(), OFF_CONTENT, content as u32);
+}
+
+/// Bytes `start..end` of an engine-built page; out of range is an engine
+/// bug (callers computed both from the page's own header).
+fn region(b: &mut [u8], start: usize, end: usize) -> &mut [u8] {
+    let len = b.len();
+    match b.get_mut(start..end) {
+        Some(r) => r,
+        None => panic!("node region {start}..{end} outside a page of {len} bytes"),
+    }
 }
 
 /// The view of a private page (built by this module, so parsing only fails
@@ -681,7 +699,7 @@ pub(crate) fn insert_cell(page: &mut PageBuf, pos: usize, cell: &NewCell) -> Res
     let content = read_u32(page.bytes(), OFF_CONTENT) as usize;
     debug_assert!(content - (NODE_HEADER_LEN + count * SLOT_LEN) >= need);
     let off = content - cell.len();
-    cell.write(&mut page.bytes_mut()[off..content]);
+    cell.write(region(page.bytes_mut(), off, content));
     let slot_at = NODE_HEADER_LEN + pos * SLOT_LEN;
     let slots_end = NODE_HEADER_LEN + count * SLOT_LEN;
     page.bytes_mut()
@@ -726,7 +744,7 @@ pub(crate) fn set_child(page: &mut PageBuf, i: usize, child: PageId) -> Result<(
             n.cell_off(i)?
         }
     };
-    page.bytes_mut()[at..at + 8].copy_from_slice(&child.0.to_le_bytes());
+    put_u64(page.bytes_mut(), at, child.0);
     Ok(())
 }
 
@@ -770,12 +788,18 @@ pub(crate) fn shortest_separator<'r>(left: &[u8], right: &'r [u8]) -> &'r [u8] {
         .zip(right.iter())
         .take_while(|(a, b)| a == b)
         .count();
-    let sep = &right[..(common + 1).min(right.len())];
+    let sep = right.get(..common + 1).unwrap_or(right);
     debug_assert!(left < sep && sep <= right);
     sep
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests index and unwrap their own fixtures"
+)]
 mod tests {
     use super::*;
 

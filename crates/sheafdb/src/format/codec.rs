@@ -3,6 +3,8 @@
 //! The reader never panics and never allocates from a length field without
 //! first checking that many bytes remain.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use crate::error::{Error, Result};
 
 /// The `N` bytes at `off`: the caller has checked the bounds; if it has
@@ -36,6 +38,57 @@ pub fn read_u16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes(bytes_at(b, off))
 }
 
+/// Reads byte `off` (caller guarantees bounds; see [`read_u64`]).
+#[inline]
+pub fn read_u8(b: &[u8], off: usize) -> u8 {
+    u8::from_le_bytes(bytes_at(b, off))
+}
+
+/// The `len` bytes at `off`, or `None` past the end of `b`.
+#[inline]
+pub fn slice_at(b: &[u8], off: usize, len: usize) -> Option<&[u8]> {
+    b.get(off..off.checked_add(len)?)
+}
+
+/// Writes `src` into the engine-owned buffer `dst` at `off`. Encoders size
+/// their buffers from their own layout constants, so a write past the end
+/// is an engine bug (it panics), never a property of file contents.
+#[inline]
+pub fn put_bytes(dst: &mut [u8], off: usize, src: &[u8]) {
+    let len = dst.len();
+    match off
+        .checked_add(src.len())
+        .and_then(|end| dst.get_mut(off..end))
+    {
+        Some(d) => d.copy_from_slice(src),
+        None => panic!("encoder wrote {} bytes at {off} into {len}", src.len()),
+    }
+}
+
+/// Writes a little-endian u64 at `off` (see [`put_bytes`]).
+#[inline]
+pub fn put_u64(dst: &mut [u8], off: usize, v: u64) {
+    put_bytes(dst, off, &v.to_le_bytes());
+}
+
+/// Writes a little-endian u32 at `off` (see [`put_bytes`]).
+#[inline]
+pub fn put_u32(dst: &mut [u8], off: usize, v: u32) {
+    put_bytes(dst, off, &v.to_le_bytes());
+}
+
+/// Writes a little-endian u16 at `off` (see [`put_bytes`]).
+#[inline]
+pub fn put_u16(dst: &mut [u8], off: usize, v: u16) {
+    put_bytes(dst, off, &v.to_le_bytes());
+}
+
+/// Writes byte `v` at `off` (see [`put_bytes`]).
+#[inline]
+pub fn put_u8(dst: &mut [u8], off: usize, v: u8) {
+    put_bytes(dst, off, &[v]);
+}
+
 /// Appends little-endian fields to a byte vector.
 #[derive(Default, Debug)]
 pub struct Writer {
@@ -47,16 +100,6 @@ impl Writer {
     /// An empty writer.
     pub fn new() -> Writer {
         Writer::default()
-    }
-    /// Appends one byte.
-    pub fn u8(&mut self, v: u8) -> &mut Self {
-        self.buf.push(v);
-        self
-    }
-    /// Appends a u16.
-    pub fn u16(&mut self, v: u16) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
     }
     /// Appends a u32.
     pub fn u32(&mut self, v: u32) -> &mut Self {
@@ -91,32 +134,31 @@ impl<'a> Reader<'a> {
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.data.len() - self.pos < n {
+        let Some(s) = slice_at(self.data, self.pos, n) else {
             return Err(Error::corrupted(
                 format!("{} truncated (need {n} bytes at {})", self.what, self.pos),
                 self.what,
             ));
-        }
-        let s = &self.data[self.pos..self.pos + n];
+        };
         self.pos += n;
         Ok(s)
     }
 
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(bytes_at(self.take(N)?, 0))
+    }
+
     /// Reads one byte.
     pub fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    /// Reads a u16.
-    pub fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
+        self.array::<1>().map(u8::from_le_bytes)
     }
     /// Reads a u32.
     pub fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+        self.array().map(u32::from_le_bytes)
     }
     /// Reads a u64.
     pub fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+        self.array().map(u64::from_le_bytes)
     }
     /// Reads a u32 length then that many bytes.
     pub fn bytes(&mut self) -> Result<&'a [u8]> {

@@ -8,6 +8,8 @@
 //! All integers are little-endian fixed width. Decoders never panic: any byte
 //! sequence gives a value or `Error::Corrupted`.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 pub mod codec;
 pub mod page;
 pub mod records;

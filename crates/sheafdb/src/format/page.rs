@@ -20,11 +20,42 @@
 //! memory may carry a stale one); every other field is set when the page is
 //! built and never changes while the page is shared.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use crate::error::{Error, Result};
+use crate::format::codec::{put_u16, put_u32, put_u64, put_u8, read_u8};
 use crate::types::{CfId, PageId};
 
+/// Offset of the crc32c (covers `OFF_TYPE ..` the run's end).
+pub const OFF_CRC: usize = 0;
+/// Offset of the page type byte.
+pub const OFF_TYPE: usize = 4;
+/// Offset of the reserved byte.
+pub const OFF_RESERVED: usize = 5;
+/// Offset of the cell count (u16).
+pub const OFF_COUNT: usize = 6;
+/// Offset of the own page id (u64).
+pub const OFF_ID: usize = 8;
+/// Offset of the owning CF id (u64).
+pub const OFF_CF: usize = 16;
+/// Offset of the pages-in-run count (u32).
+pub const OFF_NPAGES: usize = 24;
+/// Offset of the payload length (u32).
+pub const OFF_PAYLOAD_LEN: usize = 28;
 /// Size of the common header.
 pub const HEADER_LEN: usize = 32;
+
+// The header table above adds up: each field starts where the previous
+// one ends, and the last ends at the header's length.
+const _: () = assert!(OFF_TYPE == OFF_CRC + 4);
+const _: () = assert!(OFF_RESERVED == OFF_TYPE + 1);
+const _: () = assert!(OFF_COUNT == OFF_RESERVED + 1);
+const _: () = assert!(OFF_ID == OFF_COUNT + 2);
+const _: () = assert!(OFF_CF == OFF_ID + 8);
+const _: () = assert!(OFF_NPAGES == OFF_CF + 8);
+const _: () = assert!(OFF_PAYLOAD_LEN == OFF_NPAGES + 4);
+const _: () = assert!(HEADER_LEN == OFF_PAYLOAD_LEN + 4);
+const _: () = assert!(HEADER_LEN <= MIN_PAGE_SIZE);
 
 /// Smallest supported page size.
 pub const MIN_PAGE_SIZE: usize = 4096;
@@ -106,10 +137,10 @@ impl PageBuf {
         cf: CfId,
     ) -> PageBuf {
         let mut p = PageBuf::zeroed(page_size * npages as usize);
-        p.data[4] = page_type as u8;
-        p.data[8..16].copy_from_slice(&id.0.to_le_bytes());
-        p.data[16..24].copy_from_slice(&cf.0.to_le_bytes());
-        p.data[24..28].copy_from_slice(&npages.to_le_bytes());
+        put_u8(&mut p.data, OFF_TYPE, page_type as u8);
+        put_u64(&mut p.data, OFF_ID, id.0);
+        put_u64(&mut p.data, OFF_CF, cf.0);
+        put_u32(&mut p.data, OFF_NPAGES, npages);
         p
     }
 
@@ -140,60 +171,54 @@ impl PageBuf {
     /// Raw type byte.
     #[inline]
     pub fn page_type(&self) -> Option<PageType> {
-        PageType::from_u8(self.data[4])
+        PageType::from_u8(read_u8(&self.data, OFF_TYPE))
     }
 
     /// Cell count field.
     #[inline]
     pub fn count(&self) -> u16 {
-        u16::from_le_bytes([self.data[6], self.data[7]])
+        read_u16(&self.data, OFF_COUNT)
     }
 
     /// Sets the cell count field.
     #[inline]
     pub fn set_count(&mut self, n: u16) {
-        self.data[6..8].copy_from_slice(&n.to_le_bytes());
+        put_u16(&mut self.data, OFF_COUNT, n);
     }
 
     /// Own page id field.
     #[inline]
     pub fn page_id(&self) -> PageId {
-        PageId(read_u64(&self.data, 8))
+        PageId(read_u64(&self.data, OFF_ID))
     }
 
     /// Owning CF field.
     #[inline]
     pub fn cf(&self) -> CfId {
-        CfId(read_u64(&self.data, 16))
+        CfId(read_u64(&self.data, OFF_CF))
     }
 
     /// Pages-in-run field.
     #[inline]
     pub fn npages(&self) -> u32 {
-        read_u32(&self.data, 24)
+        read_u32(&self.data, OFF_NPAGES)
     }
 
     /// Payload length field (overflow and blob runs).
     #[inline]
     pub fn payload_len(&self) -> u32 {
-        read_u32(&self.data, 28)
+        read_u32(&self.data, OFF_PAYLOAD_LEN)
     }
 
     /// Sets the payload length field.
     #[inline]
     pub fn set_payload_len(&mut self, n: u32) {
-        self.data[28..32].copy_from_slice(&n.to_le_bytes());
+        put_u32(&mut self.data, OFF_PAYLOAD_LEN, n);
     }
 
     /// The checksum this run should carry on disk.
     pub fn compute_checksum(&self) -> u32 {
-        crc32c::crc32c(&self.data[4..])
-    }
-
-    /// Writes the checksum into the header (only for runs not yet shared).
-    pub fn seal(&mut self) {
-        let c = self.compute_checksum();
-        self.data[0..4].copy_from_slice(&c.to_le_bytes());
+        crc32c::crc32c(self.data.get(OFF_TYPE..).unwrap_or_default())
     }
 
     /// Checks a run just read from the file at `expect_id` for `expect_cf`.
@@ -202,7 +227,7 @@ impl PageBuf {
         if self.data.len() < HEADER_LEN {
             return Err(Error::corrupted_page(expect_id, "page shorter than header"));
         }
-        let stored = read_u32(&self.data, 0);
+        let stored = read_u32(&self.data, OFF_CRC);
         if stored != self.compute_checksum() {
             return Err(Error::corrupted_page(expect_id, "checksum mismatch"));
         }

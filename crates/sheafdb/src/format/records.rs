@@ -32,6 +32,8 @@
 //! | 4 + 24·n | extents: (start u64, pages u64, owner cf u64; `u64::MAX` = free) |
 //! | 4 + 16·n | free page ranges inside system-owned extents |
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
 use crate::types::{CfId, Lsn, PageId, TableId, Version};
@@ -49,10 +51,13 @@ pub fn cf_key(cf: CfId) -> Vec<u8> {
 
 /// Decodes the CF id from a descriptor key.
 pub fn decode_cf_key(k: &[u8]) -> Result<CfId> {
-    if k.len() != 9 || k[0] != b'C' {
-        return Err(Error::corrupted("bad cf descriptor key", "system tree"));
+    match k.split_first() {
+        Some((b'C', id)) => match <[u8; 8]>::try_from(id) {
+            Ok(id) => Ok(CfId(u64::from_be_bytes(id))),
+            Err(_) => Err(Error::corrupted("bad cf descriptor key", "system tree")),
+        },
+        _ => Err(Error::corrupted("bad cf descriptor key", "system tree")),
     }
-    Ok(CfId(u64::from_be_bytes(k[1..9].try_into().expect("8"))))
 }
 
 /// A run of pages `[start, start + pages)`.
@@ -267,6 +272,12 @@ impl MetaBlob {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests index and unwrap their own fixtures"
+)]
 mod tests {
     use super::*;
 

@@ -32,8 +32,11 @@
 //! else zero, valid crc). A file whose only valid slot is the marker was
 //! never finished: `create` may start over on it, `open` refuses it.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use crate::error::{Error, Location, Result};
-use crate::format::page::{read_u32, read_u64, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
+use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
+use crate::format::page::{MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::FORMAT_VERSION;
 use crate::types::{CfId, Lsn, PageId};
 
@@ -41,6 +44,46 @@ use crate::types::{CfId, Lsn, PageId};
 pub const MAGIC: [u8; 8] = *b"SHEAFDB\0";
 /// Bytes of a slot that carry data (one sector).
 pub const SLOT_LEN: usize = 512;
+
+/// Field offsets of a slot (the table in the module doc).
+mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const PAGE_SIZE: usize = 12;
+    pub const GENERATION: usize = 16;
+    pub const SYS_ROOT: usize = 24;
+    pub const SYS_LEN: usize = 32;
+    pub const META_PAGE: usize = 40;
+    pub const META_NPAGES: usize = 48;
+    pub const META_LEN: usize = 52;
+    pub const FILE_PAGES: usize = 56;
+    pub const NEXT_CF: usize = 64;
+    pub const REPLAY_LSN: usize = 72;
+    pub const DB_ID: usize = 80;
+    pub const WRITTEN_PAGES: usize = 88;
+    pub const RESERVED: usize = 96;
+    pub const CRC: usize = 508;
+}
+
+// The layout adds up: each field starts where the previous one ends, and
+// the checksum is the slot's last four bytes.
+const _: () = assert!(off::VERSION == off::MAGIC + MAGIC.len());
+const _: () = assert!(off::PAGE_SIZE == off::VERSION + 4);
+const _: () = assert!(off::GENERATION == off::PAGE_SIZE + 4);
+const _: () = assert!(off::SYS_ROOT == off::GENERATION + 8);
+const _: () = assert!(off::SYS_LEN == off::SYS_ROOT + 8);
+const _: () = assert!(off::META_PAGE == off::SYS_LEN + 8);
+const _: () = assert!(off::META_NPAGES == off::META_PAGE + 8);
+const _: () = assert!(off::META_LEN == off::META_NPAGES + 4);
+const _: () = assert!(off::FILE_PAGES == off::META_LEN + 4);
+const _: () = assert!(off::NEXT_CF == off::FILE_PAGES + 8);
+const _: () = assert!(off::REPLAY_LSN == off::NEXT_CF + 8);
+const _: () = assert!(off::DB_ID == off::REPLAY_LSN + 8);
+const _: () = assert!(off::WRITTEN_PAGES == off::DB_ID + 8);
+const _: () = assert!(off::RESERVED == off::WRITTEN_PAGES + 8);
+const _: () = assert!(off::CRC == SLOT_LEN - 4);
+const _: () = assert!(off::RESERVED <= off::CRC);
+const _: () = assert!(SLOT_LEN <= super::page::MIN_PAGE_SIZE);
 
 /// Decoded superblock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,20 +136,20 @@ impl Superblock {
     /// Encodes into a 512-byte slot image.
     pub fn encode(&self) -> [u8; SLOT_LEN] {
         let mut b = [0u8; SLOT_LEN];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&self.page_size.to_le_bytes());
-        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
-        b[24..32].copy_from_slice(&self.sys_root.map_or(0, |p| p.0).to_le_bytes());
-        b[32..40].copy_from_slice(&self.sys_len.to_le_bytes());
-        b[40..48].copy_from_slice(&self.meta_page.map_or(0, |p| p.0).to_le_bytes());
-        b[48..52].copy_from_slice(&self.meta_npages.to_le_bytes());
-        b[52..56].copy_from_slice(&self.meta_len.to_le_bytes());
-        b[56..64].copy_from_slice(&self.file_pages.to_le_bytes());
-        b[64..72].copy_from_slice(&self.next_cf.0.to_le_bytes());
-        b[72..80].copy_from_slice(&self.replay_lsn.0.to_le_bytes());
-        b[80..88].copy_from_slice(&self.db_id.to_le_bytes());
-        b[88..96].copy_from_slice(&self.written_pages.to_le_bytes());
+        put_bytes(&mut b, off::MAGIC, &MAGIC);
+        put_u32(&mut b, off::VERSION, FORMAT_VERSION);
+        put_u32(&mut b, off::PAGE_SIZE, self.page_size);
+        put_u64(&mut b, off::GENERATION, self.generation);
+        put_u64(&mut b, off::SYS_ROOT, self.sys_root.map_or(0, |p| p.0));
+        put_u64(&mut b, off::SYS_LEN, self.sys_len);
+        put_u64(&mut b, off::META_PAGE, self.meta_page.map_or(0, |p| p.0));
+        put_u32(&mut b, off::META_NPAGES, self.meta_npages);
+        put_u32(&mut b, off::META_LEN, self.meta_len);
+        put_u64(&mut b, off::FILE_PAGES, self.file_pages);
+        put_u64(&mut b, off::NEXT_CF, self.next_cf.0);
+        put_u64(&mut b, off::REPLAY_LSN, self.replay_lsn.0);
+        put_u64(&mut b, off::DB_ID, self.db_id);
+        put_u64(&mut b, off::WRITTEN_PAGES, self.written_pages);
         seal(&mut b);
         b
     }
@@ -114,10 +157,10 @@ impl Superblock {
     /// The creation marker for a database of `page_size` and `db_id`.
     pub fn encode_creating(page_size: u32, db_id: u64) -> [u8; SLOT_LEN] {
         let mut b = [0u8; SLOT_LEN];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&page_size.to_le_bytes());
-        b[80..88].copy_from_slice(&db_id.to_le_bytes());
+        put_bytes(&mut b, off::MAGIC, &MAGIC);
+        put_u32(&mut b, off::VERSION, FORMAT_VERSION);
+        put_u32(&mut b, off::PAGE_SIZE, page_size);
+        put_u64(&mut b, off::DB_ID, db_id);
         seal(&mut b);
         b
     }
@@ -139,45 +182,49 @@ impl Superblock {
             what: what.to_string(),
             location: Location::Superblock(slot),
         };
-        if b.len() < SLOT_LEN {
+        let Some(b) = b.get(..SLOT_LEN) else {
             return Err(bad("slot truncated"));
-        }
-        if b[..SLOT_LEN].iter().all(|&x| x == 0) {
+        };
+        if b.iter().all(|&x| x == 0) {
             return Ok(Slot::Empty);
         }
-        if b[0..8] != MAGIC {
+        if slice_at(b, off::MAGIC, MAGIC.len()) != Some(MAGIC.as_slice()) {
             return Err(Error::NotADatabase(format!(
                 "superblock slot {slot}: bad magic"
             )));
         }
-        if read_u32(b, 508) != crc32c::crc32c(&b[..508]) {
+        if Some(read_u32(b, off::CRC)) != b.get(..off::CRC).map(crc32c::crc32c) {
             return Err(bad("checksum mismatch"));
         }
-        let version = read_u32(b, 8);
+        let version = read_u32(b, off::VERSION);
         if version != FORMAT_VERSION {
             return Err(Error::NotADatabase(format!(
                 "format version {version}, this build reads {FORMAT_VERSION}"
             )));
         }
-        let page_size = read_u32(b, 12);
+        let page_size = read_u32(b, off::PAGE_SIZE);
         if !valid_page_size(page_size as usize) {
             return Err(bad("invalid page size"));
         }
         let sb = Superblock {
             page_size,
-            generation: read_u64(b, 16),
-            sys_root: opt_page(read_u64(b, 24)),
-            sys_len: read_u64(b, 32),
-            meta_page: opt_page(read_u64(b, 40)),
-            meta_npages: read_u32(b, 48),
-            meta_len: read_u32(b, 52),
-            file_pages: read_u64(b, 56),
-            next_cf: CfId(read_u64(b, 64)),
-            replay_lsn: Lsn(read_u64(b, 72)),
-            db_id: read_u64(b, 80),
-            written_pages: read_u64(b, 88),
+            generation: read_u64(b, off::GENERATION),
+            sys_root: opt_page(read_u64(b, off::SYS_ROOT)),
+            sys_len: read_u64(b, off::SYS_LEN),
+            meta_page: opt_page(read_u64(b, off::META_PAGE)),
+            meta_npages: read_u32(b, off::META_NPAGES),
+            meta_len: read_u32(b, off::META_LEN),
+            file_pages: read_u64(b, off::FILE_PAGES),
+            next_cf: CfId(read_u64(b, off::NEXT_CF)),
+            replay_lsn: Lsn(read_u64(b, off::REPLAY_LSN)),
+            db_id: read_u64(b, off::DB_ID),
+            written_pages: read_u64(b, off::WRITTEN_PAGES),
         };
-        if sb.generation == 0 && b[16..80].iter().all(|&x| x == 0) && sb.written_pages == 0 {
+        let between_page_size_and_id = b.get(off::GENERATION..off::DB_ID).unwrap_or_default();
+        if sb.generation == 0
+            && between_page_size_and_id.iter().all(|&x| x == 0)
+            && sb.written_pages == 0
+        {
             return Ok(Slot::Creating { db_id: sb.db_id });
         }
         sb.check(slot)?;
@@ -217,8 +264,8 @@ impl Superblock {
 
 /// Sets the crc of a slot image.
 fn seal(b: &mut [u8; SLOT_LEN]) {
-    let crc = crc32c::crc32c(&b[..508]);
-    b[508..512].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32c::crc32c(b.get(..off::CRC).unwrap_or_default());
+    put_u32(b, off::CRC, crc);
 }
 
 /// A fresh random database identity (never 0): 64 bits from the OS
@@ -248,6 +295,12 @@ pub fn valid_page_size(n: usize) -> bool {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests index and unwrap their own fixtures"
+)]
 mod tests {
     use super::*;
 

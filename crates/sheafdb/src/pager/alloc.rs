@@ -463,11 +463,6 @@ impl CfAllocator {
         s
     }
 
-    /// Free space as persisted by a checkpoint of the latest version.
-    pub fn durable_free(&self) -> RangeSet {
-        self.free_at(Version(u64::MAX))
-    }
-
     /// Moves runs released by dropped snapshots to `free` (or to waiting
     /// for a checkpoint if the durable base still uses them). Returns the
     /// runs that became free.

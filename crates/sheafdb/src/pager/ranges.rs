@@ -23,11 +23,6 @@ impl RangeSet {
         self.pages
     }
 
-    /// True if empty.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// True if every page of `[start, start+len)` is in the set.
     pub fn contains_all(&self, start: u64, len: u64) -> bool {
         match self.map.range(..=start).next_back() {

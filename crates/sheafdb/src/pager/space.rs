@@ -43,9 +43,4 @@ impl PageSpace {
             policy,
         }
     }
-
-    /// Page size in bytes.
-    pub fn page_size(&self) -> usize {
-        self.pager.page_size()
-    }
 }

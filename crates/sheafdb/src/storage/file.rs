@@ -12,6 +12,11 @@
 //! are plain names inside the directory (no separators, not `.`/`..`).
 //!
 //! Must not know: what the bytes mean.
+
+#![expect(
+    clippy::disallowed_types,
+    reason = "the one module that opens files (clippy.toml)"
+)]
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions, TryLockError};

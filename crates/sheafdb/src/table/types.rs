@@ -174,6 +174,7 @@ pub trait KeyPart: Key {
 }
 
 /// Encodes a whole key into a new vector.
+#[cfg(test)]
 pub fn encode_key_to_vec<K: Key>(key: &K::SelfType<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(K::fixed_width().unwrap_or(16));
     K::encode_key(key, &mut out);
@@ -181,6 +182,7 @@ pub fn encode_key_to_vec<K: Key>(key: &K::SelfType<'_>) -> Vec<u8> {
 }
 
 /// Encodes a whole value into a new vector.
+#[cfg(test)]
 pub fn encode_value_to_vec<V: Value>(value: &V::SelfType<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(V::fixed_width().unwrap_or(16));
     V::encode_value(value, &mut out);

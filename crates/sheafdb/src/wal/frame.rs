@@ -18,6 +18,8 @@
 //! it fits in what is left of the use, and the crc matches. Frames never
 //! span segments.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use crate::format::codec::{read_u32, read_u64};
 use crate::types::Lsn;
 
@@ -153,6 +155,12 @@ pub(crate) fn encode_frame(lsn: Lsn, salt: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests index and unwrap their own fixtures"
+)]
 mod tests {
     use super::*;
 

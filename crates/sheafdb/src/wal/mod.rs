@@ -76,8 +76,7 @@ use parking_lot::{Condvar, MutexGuard};
 
 use crate::lock_rank::{ranks, RankedMutex};
 
-pub use frame::{StopReason, FRAME_HEADER_BYTES};
-pub use record::{decode_commit, encode_commit, CfPart, CommitEncoder, Op};
+pub use frame::FRAME_HEADER_BYTES;
 pub use replay::ReplaySummary;
 pub use segment::{FIRST_LSN, HEADER_BLOCK_BYTES, MIN_SEGMENT_BYTES};
 
@@ -97,7 +96,7 @@ use crate::types::Lsn;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WalOptions {
     /// Size of each segment file, header block included: a multiple of
-    /// 4096, at least [`MIN_SEGMENT_BYTES`].
+    /// 4096, at least 8 KiB (`MIN_SEGMENT_BYTES`).
     pub segment_bytes: u64,
     /// Largest payload `append` accepts; at most `segment_bytes -
     /// HEADER_BLOCK_BYTES - FRAME_HEADER_BYTES` (a frame fits in one

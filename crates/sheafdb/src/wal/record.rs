@@ -30,8 +30,10 @@
 //! Decoding never panics and never allocates more than the input can hold:
 //! every malformed input is `Error::Corrupted`.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use crate::error::{Error, Result};
-use crate::format::codec::Reader;
+use crate::format::codec::{self, Reader};
 use crate::types::{CfId, TableId};
 
 const PAYLOAD_VERSION: u8 = 1;
@@ -192,7 +194,9 @@ impl CommitEncoder {
             op_count_at,
             ops: 0,
         });
-        self.parts = self.parts.checked_add(1).expect("too many parts");
+        self.parts = self.parts.checked_add(1).unwrap_or_else(|| {
+            panic!("a commit record with 2^32 parts (one per CF) cannot be built")
+        });
     }
 
     /// Appends `op` to the open part.
@@ -200,11 +204,13 @@ impl CommitEncoder {
     /// # Panics
     /// If no part was begun.
     pub fn push(&mut self, op: &Op<'_>) {
-        let part = self
-            .open_part
-            .as_mut()
-            .expect("CommitEncoder::push without begin_part");
-        part.ops = part.ops.checked_add(1).expect("too many ops in a part");
+        let Some(part) = self.open_part.as_mut() else {
+            panic!("CommitEncoder::push without begin_part");
+        };
+        part.ops = part
+            .ops
+            .checked_add(1)
+            .unwrap_or_else(|| panic!("a commit record part with 2^32 ops cannot be built"));
         encode_op(op, &mut self.buf);
     }
 
@@ -217,11 +223,6 @@ impl CommitEncoder {
         self.push(op);
     }
 
-    /// True if no op was pushed and no part begun.
-    pub fn is_empty(&self) -> bool {
-        self.parts == 0
-    }
-
     /// Bytes encoded so far (the final payload length).
     pub fn len_bytes(&self) -> usize {
         self.buf.len()
@@ -231,14 +232,14 @@ impl CommitEncoder {
     pub fn finish(mut self) -> Vec<u8> {
         self.close_part();
         let at = self.part_count_at;
-        self.buf[at..at + 4].copy_from_slice(&self.parts.to_le_bytes());
+        codec::put_u32(&mut self.buf, at, self.parts);
         self.buf
     }
 
     fn close_part(&mut self) {
         if let Some(part) = self.open_part.take() {
             let at = part.op_count_at;
-            self.buf[at..at + 4].copy_from_slice(&part.ops.to_le_bytes());
+            codec::put_u32(&mut self.buf, at, part.ops);
         }
     }
 }
@@ -248,7 +249,10 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    let len = u32::try_from(b.len()).expect("WAL field of 4 GiB or more");
+    // Records are bounded by `wal_record_max_bytes` (below 4 GiB) before
+    // they are encoded; a longer field is an engine bug.
+    let len = u32::try_from(b.len())
+        .unwrap_or_else(|_| panic!("WAL field of {} bytes (4 GiB or more)", b.len()));
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(b);
 }
@@ -395,6 +399,12 @@ fn corrupted(what: String) -> Error {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests index and unwrap their own fixtures"
+)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -27,6 +27,8 @@
 //!
 //! Must not know: what payloads mean.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use std::sync::Arc;
 
 use super::frame::{FrameHeader, StopReason, FRAME_HEADER_BYTES};
@@ -34,6 +36,7 @@ use super::segment::{
     parse_segment_name, segment_name, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES,
 };
 use crate::error::{Error, Location, Result};
+use crate::format::codec::slice_at;
 use crate::storage::{OpenMode, Storage, Vfs};
 use crate::types::Lsn;
 
@@ -185,7 +188,7 @@ pub(crate) fn replay(
     };
     loop {
         let header = header_of(slots, cur);
-        let end = replay_use(&slots[cur], db_name, from, apply, &mut rec.summary)?;
+        let end = replay_use(slot_at(slots, cur), db_name, from, apply, &mut rec.summary)?;
         debug_assert!(end >= header.start_lsn, "a use ends before it starts");
         rec.kept.push((cur, end));
         rec.last_salt = Some(header.salt);
@@ -203,10 +206,20 @@ pub(crate) fn replay(
     }
 }
 
+/// Slot `i`: an index `starting_use`/`successor` returned (an engine
+/// invariant, not a property of the files).
+fn slot_at(slots: &[ScannedSlot], i: usize) -> &ScannedSlot {
+    slots
+        .get(i)
+        .unwrap_or_else(|| panic!("walked to slot index {i} of {}", slots.len()))
+}
+
+/// The header of slot `i`, which `starting_use`/`successor` only return
+/// for uses with a valid header.
 fn header_of(slots: &[ScannedSlot], i: usize) -> SegmentHeader {
-    slots[i]
+    slot_at(slots, i)
         .header
-        .expect("only uses with valid headers are walked")
+        .unwrap_or_else(|| panic!("walked to slot index {i}, which has no valid header"))
 }
 
 /// The use replay starts in: the newest use starting at or before `from`
@@ -241,7 +254,7 @@ fn starting_use(slots: &[ScannedSlot], db_name: &str, from: Lsn) -> Result<Optio
                 h.start_lsn.0, from.0
             ),
             location: Location::File {
-                name: segment_name(db_name, slots[i].slot),
+                name: segment_name(db_name, slot_at(slots, i).slot),
                 offset: 0,
             },
         }),
@@ -270,7 +283,9 @@ fn replay_use(
     apply: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>,
     summary: &mut ReplaySummary,
 ) -> Result<Lsn> {
-    let header = slot.header.expect("replayed uses have headers");
+    let Some(header) = slot.header else {
+        panic!("replay of slot {} without a valid header", slot.slot);
+    };
     let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes));
     let mut lsn = header.start_lsn;
     let stop = loop {
@@ -317,7 +332,9 @@ fn next_frame<'r>(
     let Some(raw) = reader.bytes(offset, FRAME_HEADER_BYTES)? else {
         return Ok(Err(StopReason::FileEnd));
     };
-    let raw: [u8; FRAME_HEADER_BYTES] = raw.try_into().expect("exact length");
+    let Ok(raw) = <[u8; FRAME_HEADER_BYTES]>::try_from(raw) else {
+        return Ok(Err(StopReason::FileEnd));
+    };
     let frame = FrameHeader::parse(&raw);
     let frame_bytes = match frame.check(&raw, lsn, header.salt, room_bytes) {
         Ok(n) => n,
@@ -366,7 +383,7 @@ impl<'f> UseReader<'f> {
             self.fill(offset, n)?;
         }
         let start = (offset - self.buf_offset) as usize;
-        Ok(Some(&self.buf[start..start + n]))
+        Ok(slice_at(&self.buf, start, n))
     }
 
     /// Reads at least `n` bytes at `offset` (already checked to be

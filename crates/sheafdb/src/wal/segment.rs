@@ -33,9 +33,11 @@
 //! A header that fails any check (magic, version, crc, ranges) means the
 //! segment holds no use: it is free.
 
+#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::format::codec::{read_u32, read_u64};
+use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
 use crate::types::Lsn;
 
 /// Bytes reserved for the header block at the start of every segment.
@@ -50,10 +52,37 @@ pub const FIRST_LSN: Lsn = Lsn(HEADER_BLOCK_BYTES);
 
 const MAGIC: [u8; 8] = *b"SHEAFWAL";
 const FORMAT_VERSION: u32 = 2;
-/// Bytes of the header covered by its crc.
-const CRC_OFFSET: usize = 72;
-/// Bytes of the header that carry information (crc included).
-const HEADER_USED_BYTES: usize = 76;
+/// Field offsets of the header block (the table in the module doc).
+mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const RESERVED: usize = 12;
+    pub const SEQ: usize = 16;
+    pub const SALT: usize = 24;
+    pub const PREV_SALT: usize = 32;
+    pub const START_LSN: usize = 40;
+    pub const SEGMENT_BYTES: usize = 48;
+    pub const DB_ID: usize = 56;
+    pub const GENERATION: usize = 64;
+    /// The crc covers every byte before it.
+    pub const CRC: usize = 72;
+    /// Bytes of the header that carry information (crc included).
+    pub const USED: usize = 76;
+}
+
+// The layout adds up: each field starts where the previous one ends.
+const _: () = assert!(off::VERSION == off::MAGIC + MAGIC.len());
+const _: () = assert!(off::RESERVED == off::VERSION + 4);
+const _: () = assert!(off::SEQ == off::RESERVED + 4);
+const _: () = assert!(off::SALT == off::SEQ + 8);
+const _: () = assert!(off::PREV_SALT == off::SALT + 8);
+const _: () = assert!(off::START_LSN == off::PREV_SALT + 8);
+const _: () = assert!(off::SEGMENT_BYTES == off::START_LSN + 8);
+const _: () = assert!(off::DB_ID == off::SEGMENT_BYTES + 8);
+const _: () = assert!(off::GENERATION == off::DB_ID + 8);
+const _: () = assert!(off::CRC == off::GENERATION + 8);
+const _: () = assert!(off::USED == off::CRC + 4);
+const _: () = assert!(off::USED as u64 <= HEADER_BLOCK_BYTES);
 
 /// The decoded header of one segment use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,39 +114,40 @@ impl SegmentHeader {
         debug_assert!(self.salt != 0 && self.seq != 0);
         debug_assert!(is_valid_segment_bytes(self.segment_bytes));
         let mut block = vec![0u8; HEADER_BLOCK_BYTES as usize];
-        block[0..8].copy_from_slice(&MAGIC);
-        block[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        block[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        block[24..32].copy_from_slice(&self.salt.to_le_bytes());
-        block[32..40].copy_from_slice(&self.prev_salt.to_le_bytes());
-        block[40..48].copy_from_slice(&self.start_lsn.0.to_le_bytes());
-        block[48..56].copy_from_slice(&self.segment_bytes.to_le_bytes());
-        block[56..64].copy_from_slice(&self.db_id.to_le_bytes());
-        block[64..72].copy_from_slice(&self.generation.to_le_bytes());
-        let crc = crc32c::crc32c(&block[..CRC_OFFSET]);
-        block[CRC_OFFSET..HEADER_USED_BYTES].copy_from_slice(&crc.to_le_bytes());
+        put_bytes(&mut block, off::MAGIC, &MAGIC);
+        put_u32(&mut block, off::VERSION, FORMAT_VERSION);
+        put_u64(&mut block, off::SEQ, self.seq);
+        put_u64(&mut block, off::SALT, self.salt);
+        put_u64(&mut block, off::PREV_SALT, self.prev_salt);
+        put_u64(&mut block, off::START_LSN, self.start_lsn.0);
+        put_u64(&mut block, off::SEGMENT_BYTES, self.segment_bytes);
+        put_u64(&mut block, off::DB_ID, self.db_id);
+        put_u64(&mut block, off::GENERATION, self.generation);
+        let crc = crc32c::crc32c(block.get(..off::CRC).unwrap_or_default());
+        put_u32(&mut block, off::CRC, crc);
         block
     }
 
     /// Decodes a header block; `None` when any check fails (a free segment).
     pub fn decode(block: &[u8]) -> Option<SegmentHeader> {
-        if block.len() < HEADER_USED_BYTES || block[0..8] != MAGIC {
+        let used = block.get(..off::USED)?;
+        if slice_at(used, off::MAGIC, MAGIC.len())? != MAGIC {
             return None;
         }
-        let stored_crc = read_u32(block, CRC_OFFSET);
-        if crc32c::crc32c(&block[..CRC_OFFSET]) != stored_crc
-            || read_u32(block, 8) != FORMAT_VERSION
+        let stored_crc = read_u32(used, off::CRC);
+        if Some(stored_crc) != used.get(..off::CRC).map(crc32c::crc32c)
+            || read_u32(used, off::VERSION) != FORMAT_VERSION
         {
             return None;
         }
         let header = SegmentHeader {
-            seq: read_u64(block, 16),
-            salt: read_u64(block, 24),
-            prev_salt: read_u64(block, 32),
-            start_lsn: Lsn(read_u64(block, 40)),
-            segment_bytes: read_u64(block, 48),
-            db_id: read_u64(block, 56),
-            generation: read_u64(block, 64),
+            seq: read_u64(used, off::SEQ),
+            salt: read_u64(used, off::SALT),
+            prev_salt: read_u64(used, off::PREV_SALT),
+            start_lsn: Lsn(read_u64(used, off::START_LSN)),
+            segment_bytes: read_u64(used, off::SEGMENT_BYTES),
+            db_id: read_u64(used, off::DB_ID),
+            generation: read_u64(used, off::GENERATION),
         };
         header.is_plausible().then_some(header)
     }
@@ -185,6 +215,12 @@ fn splitmix64(mut z: u64) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests index and unwrap their own fixtures"
+)]
 mod tests {
     use super::*;
 
@@ -210,7 +246,7 @@ mod tests {
     #[test]
     fn any_flipped_byte_invalidates_header() {
         let block = sample().encode();
-        for i in 0..HEADER_USED_BYTES {
+        for i in 0..off::USED {
             let mut bad = block.clone();
             bad[i] ^= 0x40;
             assert_eq!(SegmentHeader::decode(&bad), None, "byte {i}");

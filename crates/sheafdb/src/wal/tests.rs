@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::frame::encode_frame;
+use super::frame::{encode_frame, StopReason};
 use super::segment::SegmentHeader;
 use super::*;
 use crate::storage::mem::MemVfs;
