@@ -239,3 +239,82 @@ fn every_source_file_has_a_module_doc() {
         .collect();
     assert!(missing.is_empty(), "files without a //! doc: {missing:#?}");
 }
+
+/// Non-test code of `file`: everything before its test module.
+fn non_test_code(text: &str) -> &str {
+    let cut = ["#[cfg(test)]\n#[allow(", "#[cfg(test)]\nmod tests {"]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min();
+    cut.map_or(text, |i| &text[..i])
+}
+
+/// Assertions per 100 non-blank, non-comment lines of non-test code.
+fn assertion_density(paths: &[PathBuf]) -> (usize, usize) {
+    let (mut asserts, mut lines) = (0, 0);
+    for p in paths {
+        let text = fs::read_to_string(p).expect("read source");
+        let code = non_test_code(&text);
+        lines += code
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.trim().starts_with("//"))
+            .count();
+        for m in ["assert!(", "assert_eq!(", "assert_ne!("] {
+            asserts += code.matches(m).count();
+        }
+    }
+    (asserts, lines)
+}
+
+/// Issue 10: the engine's core keeps at least 3 assertions per 100 lines
+/// (each checks one condition; `debug_assert!` counts).
+#[test]
+fn core_modules_keep_their_assertion_density() {
+    let src = src_dir();
+    let groups: [(&str, Vec<PathBuf>); 4] = [
+        ("pager", dir_files(&src.join("pager"))),
+        ("btree", dir_files(&src.join("btree"))),
+        ("wal", dir_files(&src.join("wal"))),
+        ("checkpoint", vec![src.join("db/checkpoint.rs")]),
+    ];
+    for (name, files) in groups {
+        let (asserts, lines) = assertion_density(&files);
+        assert!(
+            asserts * 100 >= 3 * lines,
+            "{name}: {asserts} assertions in {lines} lines, below 3 per 100"
+        );
+    }
+}
+
+fn dir_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    rust_files(dir, &mut out);
+    out.retain(|p| p.file_name().is_some_and(|n| n != "tests.rs"));
+    out
+}
+
+/// Issue 10: the byte parsers deny indexing, slicing, `expect` and
+/// `unwrap`, so file contents cannot make them panic.
+#[test]
+fn byte_parsers_deny_panicking_access() {
+    let src = src_dir();
+    for f in [
+        "format/codec.rs",
+        "format/page.rs",
+        "format/records.rs",
+        "format/superblock.rs",
+        "wal/frame.rs",
+        "wal/segment.rs",
+        "wal/record.rs",
+        "wal/replay.rs",
+        "btree/node.rs",
+    ] {
+        let text = fs::read_to_string(src.join(f)).expect("read source");
+        assert!(
+            text.contains(
+                "#![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]"
+            ),
+            "{f} does not deny indexing_slicing/expect_used/unwrap_used"
+        );
+    }
+}

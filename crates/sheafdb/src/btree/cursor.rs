@@ -17,7 +17,7 @@
 
 use std::ops::Bound;
 
-use super::node::NodeRef;
+use super::node::{NodeRef, MAX_LEVEL};
 use super::store::PageRead;
 use super::{child_level, load_value, read_node, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
@@ -180,9 +180,14 @@ fn descend<S: PageRead + ?Sized>(
             let idx = aim.leaf_idx(&node)?;
             debug_assert!(idx <= node.count());
             stack.push(Frame { id, page, idx });
+            debug_assert!(
+                stack.len() <= MAX_LEVEL as usize + 1,
+                "a path is longer than the deepest tree"
+            );
             return Ok(());
         }
         let idx = aim.child(&node)?;
+        debug_assert!(idx <= node.count(), "a branch has count + 1 children");
         let child = node.child(idx)?;
         level = Some(child_level(id, node.level())?);
         stack.push(Frame { id, page, idx });
@@ -198,6 +203,7 @@ fn advance<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bo
         let node = NodeRef::parse(&top.page, top.id, ps)?;
         if top.idx < node.count() {
             top.idx += 1;
+            debug_assert!(!node.is_leaf(), "a leaf frame below the top of the path");
             let child = node.child(top.idx)?;
             let level = child_level(top.id, node.level())?;
             descend(store, stack, child, Some(level), Aim::First)?;
@@ -216,6 +222,7 @@ fn retreat<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bo
         let node = NodeRef::parse(&top.page, top.id, ps)?;
         if top.idx > 0 {
             top.idx -= 1;
+            debug_assert!(!node.is_leaf(), "a leaf frame below the top of the path");
             let child = node.child(top.idx)?;
             let level = child_level(top.id, node.level())?;
             descend(store, stack, child, Some(level), Aim::Last)?;

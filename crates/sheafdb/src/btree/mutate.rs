@@ -150,6 +150,9 @@ fn cow_copy<S: PageWrite + ?Sized>(store: &mut S, id: PageId) -> Result<PageId> 
     drop(page);
     store.install(new_id, buf);
     store.free(id, 1);
+    debug_assert_ne!(new_id, id, "a copy-on-write copy reuses its source");
+    debug_assert!(store.is_private(new_id), "a fresh copy is private");
+    debug_assert!(!store.is_private(id), "a committed page was private");
     Ok(new_id)
 }
 
@@ -353,6 +356,8 @@ fn fits(ps: usize, cells: &[NewCell]) -> bool {
 /// Split point `k` of a leaf: left gets `cells[..k]`, right `cells[k..]`.
 fn leaf_split_point(ps: usize, cells: &[NewCell], pos: usize, edge: Edge) -> Option<usize> {
     let n = cells.len();
+    debug_assert!(n >= 2, "a leaf splits only with two cells or more");
+    debug_assert!(pos < n, "the inserted cell is among the cells");
     let k = match edge {
         Edge::Right if pos == n - 1 => Some(n - 1),
         Edge::Left if pos == 0 => Some(1),
@@ -371,6 +376,8 @@ fn leaf_split_point(ps: usize, cells: &[NewCell], pos: usize, edge: Edge) -> Opt
 /// `cells[k + 1..]`.
 fn branch_split_point(ps: usize, cells: &[NewCell], pos: usize, edge: Edge) -> Option<usize> {
     let n = cells.len();
+    debug_assert!(n >= 2, "a branch splits only with two cells or more");
+    debug_assert!(pos < n, "the inserted cell is among the cells");
     let k = match edge {
         Edge::Right if pos == n - 1 && n >= 3 => Some(n - 2),
         Edge::Left if pos == 0 && n >= 3 => Some(1),
@@ -409,6 +416,14 @@ fn balanced_point(ps: usize, cells: &[NewCell], branch: bool) -> Option<usize> {
             }
         }
     }
+    debug_assert!(
+        best.is_none_or(|(_, k)| k >= 1),
+        "a split leaves the left page empty"
+    );
+    debug_assert!(
+        best.is_none_or(|(_, k)| k <= last_k),
+        "a split leaves the right page empty"
+    );
     best.map(|(_, k)| k)
 }
 
@@ -459,10 +474,13 @@ fn split<S: PageWrite + ?Sized>(
     } else {
         branch_split_point(ps, &cells, pos, edge).ok_or_else(no_split)?
     };
+    debug_assert!(k >= 1, "split point leaves the left page empty");
+    debug_assert!(k < cells.len(), "split point leaves the right page empty");
     if cells[k - 1].key() >= cells[k].key() {
         return Err(Error::corrupted_page(id, "keys out of order"));
     }
     let right_id = store.alloc(1)?;
+    debug_assert_ne!(right_id, id, "a split's right page is its left page");
     let (left_buf, right_buf, sep) = if leaf {
         let sep = shortest_separator(cells[k - 1].key(), cells[k].key()).to_vec();
         let l = build(ps, id, cf, 0, &cells[..k], None)?;
@@ -476,8 +494,17 @@ fn split<S: PageWrite + ?Sized>(
     };
     drop(cells);
     drop(page);
+    debug_assert!(
+        !sep.is_empty() || !leaf,
+        "a leaf split's separator is empty"
+    );
     store.install(id, left_buf);
     store.install(right_id, right_buf);
+    debug_assert!(store.is_private(id), "a split page is private");
+    debug_assert!(
+        store.is_private(right_id),
+        "a split's right page is private"
+    );
     Ok((sep, right_id))
 }
 
@@ -514,6 +541,7 @@ fn propagate<S: PageWrite + ?Sized>(
         b.push(&NewCell::Branch { child, key: &sep })?;
         b.set_rightmost(right);
         store.install(id, b.finish());
+        debug_assert!(store.is_private(id), "a new root is private");
         root.root = Some(id);
     }
     Ok(())

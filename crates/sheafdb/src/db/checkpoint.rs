@@ -99,6 +99,14 @@ impl DbShared {
             )
         };
         let prev_replay = sys.replay_lsn;
+        debug_assert!(
+            prev_replay <= log_end,
+            "the replay start is past the log end"
+        );
+        debug_assert!(
+            !cfs.iter().any(|c| dropped.iter().any(|d| d.id == c.id)),
+            "a CF is both live and dropped"
+        );
         self.ckpt.last_lsn.store(log_end.0, Ordering::Relaxed);
         let mut plans = plan(&cfs, &db_snapshot, extra);
         let mut runs = Vec::new();
@@ -307,7 +315,20 @@ impl DbShared {
             db_id: sys.db_id,
             written_pages,
         };
+        debug_assert!(sys.slot <= 1, "superblock slot {} out of range", sys.slot);
         let slot = 1 - sys.slot;
+        debug_assert_ne!(
+            slot, sys.slot,
+            "§11.4: a checkpoint overwrites the current slot"
+        );
+        debug_assert!(
+            sb.generation > sys.generation,
+            "§11.4: generations increase"
+        );
+        debug_assert!(
+            sb.written_pages <= sb.file_pages,
+            "written pages past the file"
+        );
         let offset = slot as u64 * self.space.pager.page_size() as u64;
         self.space.pager.storage().write_at(offset, &sb.encode())?;
         self.space.pager.sync()?;

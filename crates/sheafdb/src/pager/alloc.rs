@@ -291,9 +291,65 @@ pub struct CfAllocator {
     /// Runs freed without ever being written: their only copy is a dirty
     /// cache entry, which the allocating transaction drops.
     unwritten_freed: Vec<PageId>,
+    /// Operations since creation (debug builds sample the full invariant
+    /// check on large allocators by it).
+    ops: u64,
 }
 
 impl CfAllocator {
+    /// Checks, in debug builds, every invariant of the allocator's state:
+    /// extents disjoint; `free`, `uncommitted`, `recent` and `freed`
+    /// disjoint and inside the extents; runs committed since the durable
+    /// base newer than it; a committed freed run freed after it was
+    /// allocated. Called after every mutating operation; past 2,048
+    /// tracked runs, on every 256th (the check is linear).
+    fn assert_invariants(&mut self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        self.ops = self.ops.wrapping_add(1);
+        let tracked = self.recent.len() + self.freed.len();
+        if tracked > 2048 && !self.ops.is_multiple_of(256) {
+            return;
+        }
+        let cf = self.cf;
+        let mut owned = RangeSet::new();
+        for e in &self.extents {
+            assert!(owned.insert(e.start.0, e.pages), "cf {cf}: extents overlap");
+        }
+        let mut used = RangeSet::new();
+        let mut claim = |start: u64, pages: u64, what: &str| {
+            assert!(
+                owned.contains_all(start, pages),
+                "cf {cf}: {what} run {start}+{pages} outside the extents"
+            );
+            assert!(
+                used.insert(start, pages),
+                "cf {cf}: {what} run {start}+{pages} in two allocator states"
+            );
+        };
+        for r in self.free.iter() {
+            claim(r.start.0, r.pages, "free");
+        }
+        for r in self.uncommitted.iter() {
+            claim(r.start.0, r.pages, "uncommitted");
+        }
+        for (&p, &(n, a)) in &self.recent {
+            claim(p, n as u64, "recent");
+            assert!(
+                a > self.base_version,
+                "cf {cf}: recent run {p} at or below the base"
+            );
+        }
+        for (&p, f) in &self.freed {
+            claim(p, f.npages as u64, "freed");
+            assert!(
+                f.freed_at > f.allocated_at,
+                "cf {cf}: run {p} freed before allocated"
+            );
+        }
+    }
+
     /// An allocator owning `extents` with `free` pages free, whose durable
     /// base is at `base_version`.
     pub fn new(
@@ -334,6 +390,7 @@ impl CfAllocator {
             released: Arc::new(Mutex::new(Vec::new())),
             dirty_counter: Arc::new(AtomicU64::new(0)),
             unwritten_freed: Vec::new(),
+            ops: 0,
         })
     }
 
@@ -493,6 +550,7 @@ impl CfAllocator {
                 now_free.push((p, n));
             }
         }
+        self.assert_invariants();
         now_free
     }
 
@@ -547,6 +605,7 @@ impl CfAllocator {
             assert!(ok, "run {p} freed twice in cf {}", self.cf);
             now_free.push((PageId(p), f.npages));
         }
+        self.assert_invariants();
         now_free
     }
 
@@ -560,6 +619,7 @@ impl CfAllocator {
             "allocated run {id} was already in use in cf {}",
             self.cf
         );
+        self.assert_invariants();
         id
     }
 
@@ -596,6 +656,7 @@ impl CfAllocator {
             "double free of uncommitted {id}+{npages} in cf {}",
             self.cf
         );
+        self.assert_invariants();
     }
 
     /// Records a commit at `version`: `allocated` runs become live,
@@ -632,6 +693,7 @@ impl CfAllocator {
             let fresh = self.freed.insert(p.0, f).is_none() && !self.free.intersects(p.0, n as u64);
             assert!(fresh, "double free of committed {p}+{n} in cf {}", self.cf);
         }
+        self.assert_invariants();
     }
 
     /// Forgets every page of a dropped CF: returns the runs that were
@@ -650,6 +712,7 @@ impl CfAllocator {
         self.freed.clear();
         self.free = RangeSet::new();
         self.extents.clear();
+        self.assert_invariants();
         runs
     }
 
@@ -662,6 +725,7 @@ impl CfAllocator {
             && !self.recent.contains_key(&id.0)
             && self.free.insert(id.0, n);
         assert!(ok, "system run {id}+{npages} released while in use");
+        self.assert_invariants();
     }
 
     /// True if the run at `id` lies inside this CF's extents (a run may

@@ -54,14 +54,18 @@ impl Shard {
         if !dirty {
             self.bytes += len;
         }
+        debug_assert!(self.map.contains_key(&id), "a put entry is missing");
+        debug_assert!(len > 0, "an empty run was cached");
     }
 
     fn take(&mut self, id: PageId) {
         if let Some(old) = self.map.remove(&id) {
             if !old.dirty {
+                debug_assert!(self.bytes >= old.page.len(), "clean bytes underflow");
                 self.bytes -= old.page.len();
             }
         }
+        debug_assert!(!self.map.contains_key(&id), "a taken entry is still cached");
     }
 }
 

@@ -98,6 +98,35 @@ pub(crate) struct PublishQueue {
     entries: std::collections::VecDeque<(Arc<CfVersion>, PublishState)>,
 }
 
+impl PublishQueue {
+    /// Checks, in debug builds, the queue's invariants against the CF's
+    /// published version `current`: versions strictly increase front to
+    /// back, LSNs never decrease, and every queued version is newer than
+    /// the published one. Called after every change to the queue.
+    fn assert_invariants(&self, current: &CfVersion) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let mut prev: Option<&CfVersion> = None;
+        for (v, _) in &self.entries {
+            assert!(
+                v.version > current.version,
+                "queued version {} not newer than published {}",
+                v.version,
+                current.version
+            );
+            if let Some(p) = prev {
+                assert!(
+                    p.version < v.version,
+                    "publication queue out of version order"
+                );
+                assert!(p.lsn <= v.lsn, "design.md §11.6: queued LSNs go backwards");
+            }
+            prev = Some(v);
+        }
+    }
+}
+
 impl CfVersion {
     /// True if no older version of the CF is alive (they would hold this
     /// version's reclaim batch through the chain).
@@ -248,6 +277,7 @@ impl CfShared {
             .back()
             .is_none_or(|(last, _)| last.version < v.version));
         q.entries.push_back((v, PublishState::Waiting));
+        q.assert_invariants(&self.current.load());
     }
 
     /// Records whether `version` became as durable as its mode promises,
@@ -292,6 +322,7 @@ impl CfShared {
             on_publish(&v);
             self.published.notify_all();
         }
+        q.assert_invariants(&self.current.load());
         loop {
             if self.current.load().version >= version {
                 return Ok(());
@@ -343,6 +374,7 @@ impl CfShared {
             "design.md §11.6: LSNs went backwards"
         );
         self.current.store(version.clone());
+        q.assert_invariants(version);
         self.published.notify_all();
     }
 

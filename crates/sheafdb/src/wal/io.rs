@@ -102,6 +102,10 @@ impl SegmentIo {
         if !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
+        debug_assert!(
+            self.dirty.contains(&slot),
+            "a written slot is not marked dirty"
+        );
     }
 
     /// Writes the header of a new use; creates and zero-fills the file
@@ -113,6 +117,8 @@ impl SegmentIo {
         preallocate: bool,
     ) -> io::Result<()> {
         debug_assert_eq!(header.segment_bytes, self.segment_bytes);
+        debug_assert!(header.seq >= 1, "a use without a sequence number");
+        debug_assert!(header.salt != 0, "a use without a salt");
         let block = header.encode();
         if preallocate {
             return self.preallocate(slot, &block);
@@ -156,6 +162,11 @@ impl SegmentIo {
 
     fn write_run(&mut self, run: &FrameRun) -> io::Result<()> {
         debug_assert!(run.offset + run.len_bytes() <= self.segment_bytes);
+        debug_assert!(
+            run.offset >= HEADER_BLOCK_BYTES,
+            "frames written over a header block"
+        );
+        debug_assert!(!run.bufs.is_empty(), "an empty frame run was written");
         let bufs: Vec<&[u8]> = run.bufs.iter().map(Vec::as_slice).collect();
         self.file(run.slot)?.write_vectored_at(run.offset, &bufs)?;
         self.mark_dirty(run.slot);

@@ -17,7 +17,7 @@
 //! Must not know: payload contents, files, group commit.
 
 use super::frame::{encode_header, PayloadCrc, FRAME_HEADER_BYTES};
-use super::segment::{fresh_salt, SegmentHeader, HEADER_BLOCK_BYTES, MAX_SLOTS};
+use super::segment::{fresh_salt, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES, MAX_SLOTS};
 use crate::types::Lsn;
 
 /// Payloads up to this size are copied into a shared buffer under the
@@ -235,8 +235,15 @@ impl Layout {
                 run.tail_shared = false;
             }
         }
+        debug_assert!(run.end_lsn <= end, "a frame run ends before its last frame");
         run.end_lsn = end;
         self.next_lsn = end;
+        debug_assert!(lsn < end, "an empty frame was appended");
+        debug_assert_eq!(
+            end.0 - lsn.0,
+            frame_bytes,
+            "a frame's LSN span is not its size"
+        );
         Ok((lsn, end))
     }
 
@@ -253,6 +260,10 @@ impl Layout {
         }
         self.next_lsn = lsn;
         self.prev_salt = 0;
+        debug_assert!(
+            self.next_lsn >= FIRST_LSN,
+            "the log skipped below its first LSN"
+        );
         true
     }
 
@@ -263,6 +274,7 @@ impl Layout {
 
     /// Declares records below `lsn` unneeded (never moves backwards).
     pub fn release_before(&mut self, lsn: Lsn) {
+        debug_assert!(lsn <= self.next_lsn, "release past the end of the log");
         self.released_lsn = self.released_lsn.max(lsn);
     }
 
@@ -312,6 +324,8 @@ impl Layout {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        debug_assert!(seq >= 1, "use sequence numbers start at 1");
+        debug_assert!(slot <= self.slots.len(), "switch to a slot past the table");
         let header = SegmentHeader {
             seq,
             salt: fresh_salt(seq, self.prev_salt),
@@ -413,7 +427,6 @@ pub(crate) fn steps_end(steps: &[Step]) -> Option<Lsn> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::segment::FIRST_LSN;
 
     const SEG: u64 = 3 * HEADER_BLOCK_BYTES; // 8 KiB of data per use
 

@@ -298,11 +298,14 @@ fn replay_use(
                     summary.records_skipped += 1;
                 }
                 summary.last_record_lsn = Some(lsn);
+                debug_assert!(frame_bytes > 0, "an empty frame was accepted");
                 lsn = Lsn(lsn.0 + frame_bytes);
+                debug_assert!(lsn <= header.limit_lsn(), "a frame passes its use's end");
             }
             Err(reason) => break reason,
         }
     };
+    debug_assert!(lsn >= header.start_lsn, "replay ended before its use began");
     summary.end_lsn = lsn;
     summary.stop = stop;
     summary.stopped_at = Some(Location::File {
@@ -313,6 +316,7 @@ fn replay_use(
 }
 
 fn file_offset(header: &SegmentHeader, lsn: Lsn) -> u64 {
+    debug_assert!(lsn >= header.start_lsn, "an LSN before its use");
     HEADER_BLOCK_BYTES + (lsn.0 - header.start_lsn.0)
 }
 
