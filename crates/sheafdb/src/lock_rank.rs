@@ -49,6 +49,7 @@ pub enum Rank {
 
 impl Rank {
     /// True if a thread may hold this rank more than once.
+    #[cfg(debug_assertions)]
     pub fn nests(self) -> bool {
         matches!(self, Rank::Writer | Rank::TxnState | Rank::CommitGate)
     }
@@ -106,13 +107,10 @@ impl Drop for Held {
     }
 }
 
-/// The ranks this thread holds (debug builds; empty otherwise).
-#[cfg(test)]
+/// The ranks this thread holds (the record exists in debug builds only).
+#[cfg(all(test, debug_assertions))]
 pub fn held_here() -> Vec<Rank> {
-    #[cfg(debug_assertions)]
-    return HELD.with(|h| h.borrow().clone());
-    #[cfg(not(debug_assertions))]
-    Vec::new()
+    HELD.with(|h| h.borrow().clone())
 }
 
 /// Set aside while user code runs under an engine lock (an `extract_if`

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::builder;
 use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
 use sheafdb::storage::Vfs;
-use sheafdb::testing::{Superblock, SLOT_LEN};
+use sheafdb::testing::{CfId, Superblock, SLOT_LEN};
 use sheafdb::{Database, Error, TableDefinition};
 
 const T: TableDefinition<u64, u64> = TableDefinition::new("t");
@@ -296,4 +296,42 @@ fn a_crash_anywhere_inside_create_leaves_a_file_create_accepts() {
         crashed_inside += 1;
     }
     assert!(crashed_inside > 5, "create never failed part-way");
+}
+
+/// A checksum-valid superblock whose "next CF id" is below ids the file
+/// already uses must not make `create_cf` hand out one of them again (the
+/// registry raises its next id past every CF it registers). Before, the
+/// new CF got the default CF's id and replaced it in the registry.
+#[test]
+fn a_superblock_with_a_low_next_cf_id_does_not_reuse_ids() {
+    let vfs = SimVfs::new();
+    {
+        let db = create(&vfs).unwrap();
+        put(&db, 0, 10);
+        db.create_cf("a").unwrap();
+        db.checkpoint().unwrap();
+        db.close().unwrap();
+    }
+    let mut b = vfs.file_bytes(NAME).unwrap();
+    let mut patched = 0;
+    for slot in [0usize, 1] {
+        let at = slot * 4096;
+        let s = &mut b[at..at + SLOT_LEN];
+        let Ok(Some(mut sb)) = Superblock::decode(s, slot as u8) else {
+            continue;
+        };
+        sb.next_cf = CfId(1);
+        s.copy_from_slice(&sb.encode());
+        patched += 1;
+    }
+    assert!(patched > 0, "no superblock to patch");
+    vfs.set_file_bytes(NAME, b);
+    let db = open(&vfs).unwrap();
+    db.create_cf("b").unwrap();
+    assert_eq!(count(&db), 10, "the default CF lost its rows");
+    assert_eq!(db.list_cfs().unwrap(), ["a", "b", "default"]);
+    db.close().unwrap();
+    let db = open(&vfs).unwrap();
+    assert_eq!(count(&db), 10);
+    assert_eq!(db.list_cfs().unwrap(), ["a", "b", "default"]);
 }

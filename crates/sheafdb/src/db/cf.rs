@@ -246,23 +246,28 @@ impl Database {
     /// progress, if any. The default CF cannot be dropped.
     pub fn drop_cf(&self, name: &str) -> Result<()> {
         self.shared.check_open()?;
-        let cf = self
-            .shared
-            .cf_by_name(name)
-            .ok_or_else(|| Error::CfNotFound(name.to_string()))?;
-        if cf.id == CfId::DEFAULT {
-            return Err(Error::InvalidArgument(
-                "the default column family cannot be dropped".into(),
-            ));
-        }
         // The writer lock first, the create/drop lock after (ARCHITECTURE.md
         // lock order): waiting for the CF's writer while holding the
         // create/drop lock would deadlock with that writer's own
         // `create_cf`. `WouldDeadlock` if this thread holds the writer.
-        let _writer = cf.lock_writer()?;
-        let _registry = self.shared.registry.create_drop.lock();
-        // Another drop may have won the race while this one waited.
-        cf.check_live()?;
+        let (cf, _writer, _registry) = loop {
+            let cf = self
+                .shared
+                .cf_by_name(name)
+                .ok_or_else(|| Error::CfNotFound(name.to_string()))?;
+            if cf.id == CfId::DEFAULT {
+                return Err(Error::InvalidArgument(
+                    "the default column family cannot be dropped".into(),
+                ));
+            }
+            let writer = cf.lock_writer()?;
+            let registry = self.shared.registry.create_drop.lock();
+            // Another drop may have won the race while this one waited (and
+            // a create may have reused the name): look the name up again.
+            if cf.check_live().is_ok() {
+                break (cf, writer, registry);
+            }
+        };
         cf.wait_publication(None, &|| self.shared.health.check_writable())?;
         let _open = self.shared.health.enter_commit()?;
         let end = {
