@@ -7,24 +7,11 @@
 
 mod common;
 
-use common::{dump, open_sim, random_writes, Model};
+use common::{dump, files_of, open_sim, random_writes, Files, Model};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sheafdb::storage::sim::SimVfs;
 use sheafdb::Error;
-
-/// Every file of the database (data file and WAL segments).
-type Files = Vec<(String, Vec<u8>)>;
-
-fn files_of(vfs: &SimVfs) -> Files {
-    vfs.file_names()
-        .into_iter()
-        .map(|n| {
-            let b = vfs.file_bytes(&n).unwrap();
-            (n, b)
-        })
-        .collect()
-}
 
 fn restore(files: &Files, name: &str, bytes: Vec<u8>) -> SimVfs {
     let vfs = SimVfs::new();
@@ -55,7 +42,7 @@ fn build() -> (Vec<u8>, Model, Model) {
 }
 
 thread_local! {
-    static FILES: std::cell::RefCell<Files> = const { std::cell::RefCell::new(Vec::new()) };
+    static FILES: std::cell::RefCell<Files> = const { std::cell::RefCell::new(Files::new()) };
 }
 
 /// `WalMismatch`: a data file cut to nothing (or to a foreign shape)
@@ -157,7 +144,7 @@ fn flipped_wal_bytes_give_a_committed_prefix() {
     let (wal_name, wal) = files
         .iter()
         .find(|(n, _)| n.contains("-wal"))
-        .cloned()
+        .map(|(n, b)| (n.clone(), b.clone()))
         .expect("a WAL segment exists");
     // Where the records are: the non-zero prefix of the segment.
     let used = wal.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);

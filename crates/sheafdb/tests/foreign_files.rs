@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::builder;
+use common::{builder, files_of};
 use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
 use sheafdb::storage::Vfs;
 use sheafdb::testing::{CfId, Superblock, SLOT_LEN};
@@ -48,17 +48,6 @@ fn count(db: &Database) -> u64 {
         .unwrap()
 }
 
-/// Every file of the directory, for "nothing changed" checks.
-fn snapshot(vfs: &SimVfs) -> BTreeMap<String, Vec<u8>> {
-    vfs.file_names()
-        .into_iter()
-        .map(|n| {
-            let b = vfs.file_bytes(&n).unwrap();
-            (n, b)
-        })
-        .collect()
-}
-
 fn wal_names(vfs: &SimVfs) -> Vec<String> {
     vfs.file_names()
         .into_iter()
@@ -88,21 +77,21 @@ fn a_wal_copied_from_another_database_is_refused_and_nothing_changes() {
     for name in wal_names(&b) {
         a.set_file_bytes(&name, b.file_bytes(&name).unwrap());
     }
-    let before = snapshot(&a);
+    let before = files_of(&a);
     let err = open(&a).unwrap_err();
     assert!(matches!(err, Error::WalMismatch(_)), "{err}");
     assert!(err.to_string().contains("belongs to database"), "{err}");
-    assert_eq!(snapshot(&a), before, "a refused open changed a file");
+    assert_eq!(files_of(&a), before, "a refused open changed a file");
     // create() on it refuses the same way.
     let err = create(&a).unwrap_err();
     assert!(matches!(err, Error::WalMismatch(_)), "{err}");
-    assert_eq!(snapshot(&a), before);
+    assert_eq!(files_of(&a), before);
 }
 
 #[test]
 fn a_new_database_never_adopts_a_wal_left_behind() {
     let vfs = with_wal(40);
-    let wal_before: BTreeMap<_, _> = snapshot(&vfs)
+    let wal_before: BTreeMap<_, _> = files_of(&vfs)
         .into_iter()
         .filter(|(n, _)| n.contains("-wal."))
         .collect();
@@ -111,7 +100,7 @@ fn a_new_database_never_adopts_a_wal_left_behind() {
     vfs.sync_dir().unwrap();
     let err = create(&vfs).unwrap_err();
     assert!(matches!(err, Error::WalMismatch(_)), "{err}");
-    let after = snapshot(&vfs);
+    let after = files_of(&vfs);
     assert!(!after.contains_key(NAME), "create left a data file behind");
     for (n, b) in &wal_before {
         assert_eq!(after.get(n), Some(b), "{n} changed");
@@ -150,11 +139,11 @@ fn a_stale_data_file_beside_a_newer_wal_is_refused() {
     // Segments begun under later checkpoints: the WAL is newer than the
     // data file, and its records since the copy may be recycled.
     let image = stale_beside_newer_wal(6, 3000);
-    let before = snapshot(&image);
+    let before = files_of(&image);
     let err = open(&image).unwrap_err();
     assert!(matches!(err, Error::WalMismatch(_)), "{err}");
     assert!(err.to_string().contains("older than its WAL"), "{err}");
-    assert_eq!(snapshot(&image), before);
+    assert_eq!(files_of(&image), before);
 }
 
 #[test]

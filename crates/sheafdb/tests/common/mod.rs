@@ -10,6 +10,21 @@ use rand::Rng;
 use sheafdb::storage::sim::SimVfs;
 use sheafdb::{Builder, Database, Result, TableDefinition};
 
+/// Every file of a directory by name (data file and WAL segments).
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// The bytes of every file of `vfs`, for "nothing changed" checks and to
+/// rebuild damaged copies.
+pub fn files_of(vfs: &SimVfs) -> Files {
+    vfs.file_names()
+        .into_iter()
+        .map(|n| {
+            let b = vfs.file_bytes(&n).expect("listed file is readable");
+            (n, b)
+        })
+        .collect()
+}
+
 /// Table name → contents.
 pub type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 
