@@ -13,9 +13,10 @@ use std::thread;
 use std::time::Duration;
 
 use common::builder;
+use sheafdb::storage::hook::{is_wal_file, FileOp, Hook, HookVfs};
 use sheafdb::storage::mem::MemVfs;
 use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
-use sheafdb::storage::{LockGuard, OpenMode, Storage, Vfs};
+use sheafdb::storage::Vfs;
 use sheafdb::{Database, Durability, Error, TableDefinition};
 
 const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
@@ -118,7 +119,7 @@ fn next_display_names_cause(e: &Error) -> bool {
 
 // ------------------------------------------------------------- point 5
 
-/// A storage that fails reads of the data file after it is armed.
+/// A hook that fails reads of the data file or syncs of the WAL once armed.
 #[derive(Debug, Clone, Default)]
 struct FlakyVfs {
     inner: MemVfs,
@@ -131,66 +132,37 @@ struct FlakyVfs {
     syncs: Arc<AtomicU64>,
 }
 
-#[derive(Debug)]
-struct FlakyFile {
-    inner: Arc<dyn Storage>,
-    wal: bool,
-    vfs: FlakyVfs,
-}
-
-impl Storage for FlakyFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        if !self.wal && self.vfs.fail_reads.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected read error"));
-        }
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.inner.write_at(offset, data)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.vfs.syncs.fetch_add(1, Ordering::SeqCst);
-        if self.wal && self.vfs.panic_wal_sync.swap(false, Ordering::SeqCst) {
-            if let Some(rx) = self.vfs.release.lock().unwrap().take() {
-                let _ = rx.recv_timeout(Duration::from_secs(10));
+impl Hook for FlakyVfs {
+    fn before(&self, name: &str, op: FileOp) -> io::Result<()> {
+        let wal = is_wal_file(name);
+        match op {
+            FileOp::Read if !wal && self.fail_reads.load(Ordering::SeqCst) => {
+                Err(io::Error::other("injected read error"))
             }
-            panic!("injected panic in a WAL sync");
+            FileOp::Sync => {
+                self.syncs.fetch_add(1, Ordering::SeqCst);
+                if wal && self.panic_wal_sync.swap(false, Ordering::SeqCst) {
+                    if let Some(rx) = self.release.lock().unwrap().take() {
+                        let _ = rx.recv_timeout(Duration::from_secs(10));
+                    }
+                    panic!("injected panic in a WAL sync");
+                }
+                if wal && self.fail_syncs.load(Ordering::SeqCst) {
+                    return Err(io::Error::other("injected sync error"));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
-        if self.wal && self.vfs.fail_syncs.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected sync error"));
-        }
-        self.inner.sync_data()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
     }
 }
 
-impl Vfs for FlakyVfs {
-    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>> {
-        Ok(Arc::new(FlakyFile {
-            inner: self.inner.open(name, mode)?,
-            wal: name.contains("-wal."),
-            vfs: self.clone(),
-        }))
-    }
-    fn exists(&self, name: &str) -> io::Result<bool> {
-        self.inner.exists(name)
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        self.inner.sync_dir()
-    }
-    fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        self.inner.lock(name)
+impl FlakyVfs {
+    fn vfs(&self) -> Arc<dyn Vfs> {
+        Arc::new(HookVfs::new(
+            Arc::new(self.inner.clone()),
+            Arc::new(self.clone()),
+        ))
     }
 }
 
@@ -200,7 +172,7 @@ fn flaky_db(vfs: &FlakyVfs) -> Database {
         .background_checkpoints(false)
         .wal_segment_bytes(256 * 1024)
         .sync_interval(Duration::from_millis(5))
-        .create_with_vfs(Arc::new(vfs.clone()), "f.sheaf")
+        .create_with_vfs(vfs.vfs(), "f.sheaf")
         .unwrap()
 }
 

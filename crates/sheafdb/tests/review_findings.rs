@@ -11,8 +11,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{def, open_sim};
+use sheafdb::storage::hook::{is_wal_file, FileOp, Hook, HookVfs};
 use sheafdb::storage::sim::{CrashPolicy, SimVfs};
-use sheafdb::storage::{LockGuard, OpenMode, Storage, Vfs};
+use sheafdb::storage::{OpenMode, Vfs};
 use sheafdb::{Database, Durability, Error, Result};
 
 // ---------------------------------------------------------------------------
@@ -86,74 +87,21 @@ impl Gate {
     }
 }
 
-#[derive(Debug, Clone)]
-struct GateVfs {
-    inner: SimVfs,
-    gate: Arc<Gate>,
-}
-
-#[derive(Debug)]
-struct GateStorage {
-    inner: Arc<dyn Storage>,
-    wal: bool,
-    gate: Arc<Gate>,
-}
-
-impl Storage for GateStorage {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.gate.check(GateOp::Read, self.wal);
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.inner.write_at(offset, data)
-    }
-    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.inner.write_vectored_at(offset, bufs)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.gate.check(GateOp::Sync, self.wal);
-        self.inner.sync_data()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-}
-
-impl Vfs for GateVfs {
-    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>> {
-        let inner = self.inner.open(name, mode)?;
-        Ok(Arc::new(GateStorage {
-            inner,
-            wal: name.contains("-wal"),
-            gate: self.gate.clone(),
-        }))
-    }
-    fn exists(&self, name: &str) -> io::Result<bool> {
-        self.inner.exists(name)
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        self.inner.sync_dir()
-    }
-    fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        self.inner.lock(name)
+impl Hook for Gate {
+    fn before(&self, name: &str, op: FileOp) -> io::Result<()> {
+        let op = match op {
+            FileOp::Read => GateOp::Read,
+            FileOp::Sync => GateOp::Sync,
+            FileOp::Write | FileOp::SetLen => return Ok(()),
+        };
+        self.check(op, is_wal_file(name));
+        Ok(())
     }
 }
 
 fn gated(sim: &SimVfs) -> (Arc<dyn Vfs>, Arc<Gate>) {
     let gate = Arc::new(Gate::default());
-    let vfs = GateVfs {
-        inner: sim.clone(),
-        gate: gate.clone(),
-    };
+    let vfs = HookVfs::new(Arc::new(sim.clone()), gate.clone());
     (Arc::new(vfs), gate)
 }
 

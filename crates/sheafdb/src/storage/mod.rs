@@ -7,7 +7,9 @@
 //! - [`mem::MemVfs`]: in-memory, for tests and ephemeral databases;
 //! - [`sim::SimVfs`]: fault-injecting simulation of design.md §12 (durable image
 //!   plus unsynced writes; `crash()` keeps, drops or tears each unsynced write
-//!   per 512-byte sector; fails the N-th operation on request).
+//!   per 512-byte sector; fails the N-th operation on request);
+//! - [`hook::HookVfs`]: wraps any of these and asks a test's hook before
+//!   each file operation (fail, delay, count, park).
 //!
 //! Must not know: pages, B-trees, the WAL. Offsets and lengths are bytes.
 //!
@@ -22,6 +24,7 @@
 
 mod conformance;
 pub mod file;
+pub mod hook;
 pub mod mem;
 pub mod sim;
 

@@ -20,11 +20,28 @@
 
 #![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
 
-use crate::format::codec::{read_u32, read_u64};
+use crate::format::codec::{put_u32, put_u64, read_u32, read_u64};
 use crate::types::Lsn;
 
 /// Bytes of the frame header before the payload.
 pub const FRAME_HEADER_BYTES: usize = 24;
+
+/// Byte offsets of the frame header's fields (the table in the module doc).
+mod off {
+    /// crc32c over `LEN..` of the header and then the payload.
+    pub const CRC: usize = 0;
+    /// Payload length, u32.
+    pub const LEN: usize = 4;
+    /// The frame's own LSN, u64.
+    pub const LSN: usize = 8;
+    /// The segment use's salt, u64.
+    pub const SALT: usize = 16;
+    /// First byte the crc covers: everything after the crc field.
+    pub const CRC_FROM: usize = LEN;
+
+    const _: () = assert!(CRC + 4 == LEN && LEN + 4 == LSN && LSN + 8 == SALT);
+    const _: () = assert!(SALT + 8 == super::FRAME_HEADER_BYTES);
+}
 
 /// Why replay stopped at a frame position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,10 +77,10 @@ impl FrameHeader {
     /// Parses the first [`FRAME_HEADER_BYTES`] of `bytes`.
     pub fn parse(bytes: &[u8; FRAME_HEADER_BYTES]) -> FrameHeader {
         FrameHeader {
-            crc: read_u32(bytes, 0),
-            len: read_u32(bytes, 4),
-            lsn: Lsn(read_u64(bytes, 8)),
-            salt: read_u64(bytes, 16),
+            crc: read_u32(bytes, off::CRC),
+            len: read_u32(bytes, off::LEN),
+            lsn: Lsn(read_u64(bytes, off::LSN)),
+            salt: read_u64(bytes, off::SALT),
         }
     }
 
@@ -96,7 +113,7 @@ impl FrameHeader {
     /// True if the stored crc matches the header fields and `payload`.
     pub fn crc_matches(&self, raw: &[u8; FRAME_HEADER_BYTES], payload: &[u8]) -> bool {
         debug_assert_eq!(payload.len(), self.len as usize);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&raw[4..]), payload);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&raw[off::CRC_FROM..]), payload);
         crc == self.crc
     }
 }
@@ -121,10 +138,10 @@ pub(crate) fn encode_header(
     payload_len: u32,
     payload: PayloadCrc<'_>,
 ) {
-    out[4..8].copy_from_slice(&payload_len.to_le_bytes());
-    out[8..16].copy_from_slice(&lsn.0.to_le_bytes());
-    out[16..24].copy_from_slice(&salt.to_le_bytes());
-    let header_crc = crc32c::crc32c(&out[4..]);
+    put_u32(out, off::LEN, payload_len);
+    put_u64(out, off::LSN, lsn.0);
+    put_u64(out, off::SALT, salt);
+    let header_crc = crc32c::crc32c(&out[off::CRC_FROM..]);
     let crc = match payload {
         PayloadCrc::Hash(bytes) => {
             debug_assert_eq!(bytes.len(), payload_len as usize);
@@ -135,7 +152,7 @@ pub(crate) fn encode_header(
             crc32c::crc32c_combine(header_crc, crc, len)
         }
     };
-    out[0..4].copy_from_slice(&crc.to_le_bytes());
+    put_u32(out, off::CRC, crc);
 }
 
 /// A whole frame (header and payload), for tests and tools.

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use super::frame::{encode_frame, StopReason};
 use super::segment::SegmentHeader;
 use super::*;
+use crate::storage::hook::{FileOp, Hook, HookVfs};
 use crate::storage::mem::MemVfs;
 use crate::storage::sim::{CrashPolicy, Fault, SimVfs};
-use crate::storage::{LockGuard, OpenMode};
 
 const DB: &str = "db";
 /// Small segments so tests cross many of them.
@@ -743,62 +743,16 @@ fn dead_disk_poisons_every_thread_without_hanging() {
 
 // ---------------------------------------------------------------- group commit
 
-/// A `MemVfs` whose `sync_data` takes a while, like a real disk.
-#[derive(Debug, Clone)]
-struct SlowSyncVfs {
-    inner: MemVfs,
-    sync_delay: Duration,
-}
-
+/// A hook that makes `sync_data` take a while, like a real disk.
 #[derive(Debug)]
-struct SlowSyncFile {
-    inner: Arc<dyn Storage>,
-    sync_delay: Duration,
-}
+struct SlowSync(Duration);
 
-impl Storage for SlowSyncFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.inner.write_at(offset, data)
-    }
-    fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.inner.write_vectored_at(offset, bufs)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        thread::sleep(self.sync_delay);
-        self.inner.sync_data()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-}
-
-impl Vfs for SlowSyncVfs {
-    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>> {
-        Ok(Arc::new(SlowSyncFile {
-            inner: self.inner.open(name, mode)?,
-            sync_delay: self.sync_delay,
-        }))
-    }
-    fn exists(&self, name: &str) -> io::Result<bool> {
-        self.inner.exists(name)
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        self.inner.sync_dir()
-    }
-    fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        self.inner.lock(name)
+impl Hook for SlowSync {
+    fn before(&self, _name: &str, op: FileOp) -> io::Result<()> {
+        if op == FileOp::Sync {
+            thread::sleep(self.0);
+        }
+        Ok(())
     }
 }
 
@@ -808,10 +762,10 @@ fn group_commit_stress() {
     const PER_THREAD: u64 = 2000;
     const REPEATS: u64 = 3;
     with_watchdog(Duration::from_secs(120), || {
-        let vfs: Arc<dyn Vfs> = Arc::new(SlowSyncVfs {
-            inner: MemVfs::new(),
-            sync_delay: Duration::from_micros(100),
-        });
+        let vfs: Arc<dyn Vfs> = Arc::new(HookVfs::new(
+            Arc::new(MemVfs::new()),
+            Arc::new(SlowSync(Duration::from_micros(100))),
+        ));
         let mut expected_total = 0u64;
         for rep in 0..REPEATS {
             let (wal, before, _) = open_collect(Arc::clone(&vfs), 1 << 20, Lsn(0));
