@@ -160,13 +160,11 @@ impl DbShared {
     ) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
         let s = &p.snapshot;
         let (dirty, free, pinned) = {
-            let a = p.cf.alloc.lock();
+            let mut a = p.cf.alloc.lock();
+            // Drains releases first, so `free_at` counts them as free too.
+            let pinned = a.pinned_unwritten(s.version);
             p.extents = a.extents().to_vec();
-            (
-                a.dirty_runs(s.version),
-                a.free_at(s.version),
-                a.pinned_unwritten(s.version),
-            )
+            (a.dirty_runs(s.version), a.free_at(s.version), pinned)
         };
         let store = ReadPages::new(self.space.clone(), p.cf.id);
         let mut runs = Vec::new();
