@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub(crate) mod btree;
+pub(crate) mod buffer;
 pub(crate) mod db;
 pub(crate) mod error;
 pub(crate) mod format;

@@ -36,7 +36,7 @@ pub mod store;
 mod walk;
 
 #[cfg(test)]
-mod mem_store;
+pub(crate) mod mem_store;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,351 @@
+//! One write buffer: an ordered, versioned, concurrently readable map.
+//!
+//! Owns: the map `(table, key, version)` → [`Slot`] and its size figures.
+//! Entries of one key sort newest first, so a point read at version `v` is
+//! one seek to `(table, key, v)`: the first entry there, if it has the same
+//! key, is the newest version `≤ v`.
+//!
+//! Why a skip list (`crossbeam_skiplist::SkipMap`): readers must never wait
+//! for the committer that is inserting (design.md §15), and a commit must
+//! be visible to a snapshot the moment its version is published. A lock-free
+//! skip list gives ordered seeks from both ends and concurrent inserts with
+//! readers in flight, and frees memory through epochs, so an entry a reader
+//! is looking at is never freed under it. The committer is the only writer
+//! of a buffer (commits insert under the CF's commit gate), which also
+//! makes its version bookkeeping simple. Entries are never removed: a
+//! buffer is dropped whole when no snapshot can read it any more.
+//!
+//! Must not know: transactions, trees, checkpoints.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering as CmpOrdering;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_skiplist::map::Entry;
+use crossbeam_skiplist::SkipMap;
+
+use super::{Held, Slot};
+use crate::types::{TableId, Version};
+
+/// Bytes charged per entry on top of its key and value (skip-list node,
+/// tower, key struct, reference counts): an estimate, used only to decide
+/// when to fold.
+pub const ENTRY_OVERHEAD: u64 = 96;
+
+/// Where a key sits among the keys of a table: a real key, or past all of
+/// them (to seek to a table's last entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Pos<'a> {
+    Key(&'a [u8]),
+    End,
+}
+
+/// A map key as the skip list orders it: table, then key bytes, then
+/// version descending (stored as `u64::MAX - version`).
+trait KeyView {
+    fn view(&self) -> (TableId, Pos<'_>, u64);
+}
+
+#[derive(Debug)]
+struct BufKey {
+    table: TableId,
+    key: Arc<[u8]>,
+    /// `u64::MAX - version`: newer versions sort first.
+    rev: u64,
+}
+
+impl BufKey {
+    fn version(&self) -> Version {
+        Version(u64::MAX - self.rev)
+    }
+}
+
+/// A borrowed search key (no allocation per seek).
+struct Probe<'a> {
+    table: TableId,
+    pos: Pos<'a>,
+    rev: u64,
+}
+
+impl KeyView for BufKey {
+    fn view(&self) -> (TableId, Pos<'_>, u64) {
+        (self.table, Pos::Key(&self.key), self.rev)
+    }
+}
+
+impl KeyView for Probe<'_> {
+    fn view(&self) -> (TableId, Pos<'_>, u64) {
+        (self.table, self.pos, self.rev)
+    }
+}
+
+impl<'a> Borrow<dyn KeyView + 'a> for BufKey {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.view() == other.view()
+    }
+}
+impl Eq for dyn KeyView + '_ {}
+impl PartialOrd for dyn KeyView + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for dyn KeyView + '_ {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.view().cmp(&other.view())
+    }
+}
+
+impl PartialEq for BufKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.view() == other.view()
+    }
+}
+impl Eq for BufKey {}
+impl PartialOrd for BufKey {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for BufKey {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.view().cmp(&other.view())
+    }
+}
+
+fn probe(table: TableId, pos: Pos<'_>, rev: u64) -> Probe<'_> {
+    Probe { table, pos, rev }
+}
+
+/// True if `key` lies below the lower bound `lo`.
+fn below(key: &[u8], lo: Bound<&[u8]>) -> bool {
+    match lo {
+        Bound::Included(l) => key < l,
+        Bound::Excluded(l) => key <= l,
+        Bound::Unbounded => false,
+    }
+}
+
+/// True if `key` lies above the upper bound `hi`.
+fn above(key: &[u8], hi: Bound<&[u8]>) -> bool {
+    match hi {
+        Bound::Included(h) => key > h,
+        Bound::Excluded(h) => key >= h,
+        Bound::Unbounded => false,
+    }
+}
+
+/// One write buffer of a CF.
+#[derive(Default)]
+pub struct MemBuffer {
+    map: SkipMap<BufKey, Slot>,
+    bytes: AtomicU64,
+    entries: AtomicU64,
+    /// Newest version inserted (0: none yet).
+    newest: AtomicU64,
+    /// Oldest version inserted (`u64::MAX`: none yet).
+    oldest: AtomicU64,
+    frozen: AtomicBool,
+}
+
+impl std::fmt::Debug for MemBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemBuffer")
+            .field("entries", &self.entries())
+            .field("bytes", &self.bytes())
+            .field("versions", &self.versions())
+            .field("frozen", &self.is_frozen())
+            .finish()
+    }
+}
+
+type MapEntry<'a> = Entry<'a, BufKey, Slot>;
+
+impl MemBuffer {
+    /// An empty, writable buffer.
+    pub fn new() -> MemBuffer {
+        MemBuffer {
+            oldest: AtomicU64::new(u64::MAX),
+            ..MemBuffer::default()
+        }
+    }
+
+    /// Records that `key` of `table` became `slot` at `version`. Called by
+    /// one thread at a time (the committer, under its CF's commit gate),
+    /// with versions that never go backwards; readers may run meanwhile
+    /// and see the entry only once their snapshot reaches `version`.
+    pub fn insert(&self, table: TableId, key: &[u8], version: Version, slot: Slot) {
+        assert!(
+            !self.frozen.load(Ordering::Acquire),
+            "insert into a frozen buffer"
+        );
+        let newest = self.newest.load(Ordering::Relaxed);
+        assert!(
+            version.0 >= newest,
+            "buffer versions went backwards: {} after {newest}",
+            version.0
+        );
+        let charge =
+            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
+        let k = BufKey {
+            table,
+            key: Arc::from(key),
+            rev: u64::MAX - version.0,
+        };
+        let e = self.map.get_or_insert(k, slot);
+        debug_assert_eq!(e.key().version(), version);
+        self.newest.store(version.0, Ordering::Release);
+        self.oldest.fetch_min(version.0, Ordering::AcqRel);
+        self.bytes.fetch_add(charge, Ordering::Relaxed);
+        self.entries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks the buffer read-only (a fold is about to read it whole).
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::Release);
+    }
+
+    /// True once [`MemBuffer::freeze`] ran.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Acquire)
+    }
+
+    /// Bytes the buffer charges (keys, values and per-entry overhead).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Number of entries (versions of keys) inserted.
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Oldest and newest version inserted, if any.
+    pub fn versions(&self) -> Option<(Version, Version)> {
+        let newest = self.newest.load(Ordering::Acquire);
+        let oldest = self.oldest.load(Ordering::Acquire);
+        (oldest <= newest).then_some((Version(oldest), Version(newest)))
+    }
+
+    /// What this buffer says of `key` at version `at`: `Some(slot)` if it
+    /// has a version `≤ at` of the key (the newest such), `None` if the
+    /// key is unknown here at `at`.
+    pub fn get(&self, table: TableId, key: &[u8], at: Version) -> Option<Slot> {
+        let p = probe(table, Pos::Key(key), u64::MAX - at.0);
+        let e = self.map.lower_bound(Bound::Included(&p as &dyn KeyView))?;
+        let k = e.key();
+        (k.table == table && *k.key == *key).then(|| e.value().clone())
+    }
+
+    /// The first key of `table` within `(lo, hi)` that has a version `≤ at`
+    /// here, from the front (`back == false`) or the back, with its newest
+    /// such slot.
+    pub fn seek(
+        &self,
+        table: TableId,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        at: Version,
+        back: bool,
+    ) -> Option<(Held, Slot)> {
+        if back {
+            self.seek_back(table, lo, hi, at)
+        } else {
+            self.seek_front(table, lo, hi, at)
+        }
+    }
+
+    fn seek_front(
+        &self,
+        table: TableId,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        at: Version,
+    ) -> Option<(Held, Slot)> {
+        let start = match lo {
+            Bound::Included(k) => Bound::Included(probe(table, Pos::Key(k), 0)),
+            Bound::Excluded(k) => Bound::Excluded(probe(table, Pos::Key(k), u64::MAX)),
+            Bound::Unbounded => Bound::Included(probe(table, Pos::Key(&[]), 0)),
+        };
+        let mut cur = self.map.lower_bound(as_dyn(&start));
+        while let Some(e) = cur {
+            let k = e.key();
+            if k.table != table || above(&k.key, hi) {
+                return None;
+            }
+            if k.version() <= at {
+                return Some((Held::Shared(k.key.clone()), e.value().clone()));
+            }
+            cur = e.next();
+        }
+        None
+    }
+
+    fn seek_back(
+        &self,
+        table: TableId,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        at: Version,
+    ) -> Option<(Held, Slot)> {
+        let start = match hi {
+            Bound::Included(k) => Bound::Included(probe(table, Pos::Key(k), u64::MAX)),
+            Bound::Excluded(k) => Bound::Excluded(probe(table, Pos::Key(k), 0)),
+            Bound::Unbounded => Bound::Excluded(probe(table, Pos::End, 0)),
+        };
+        let mut cur = self.map.upper_bound(as_dyn(&start));
+        // Going back, a key's versions come oldest first: the last visible
+        // one seen before the key changes is the newest `≤ at`.
+        let mut best: Option<MapEntry<'_>> = None;
+        while let Some(e) = cur {
+            let k = e.key();
+            if k.table != table || below(&k.key, lo) {
+                break;
+            }
+            if best.as_ref().is_some_and(|b| *b.key().key != *k.key) {
+                break;
+            }
+            if k.version() <= at {
+                best = Some(e.clone());
+            }
+            cur = e.prev();
+        }
+        best.map(|e| (Held::Shared(e.key().key.clone()), e.value().clone()))
+    }
+
+    /// Every key of every table with its newest slot at version `≤ at`, in
+    /// `(table, key)` order: what a fold applies to the trees.
+    pub fn newest_at(&self, at: Version) -> impl Iterator<Item = (TableId, Arc<[u8]>, Slot)> + '_ {
+        let mut last: Option<(TableId, Arc<[u8]>)> = None;
+        self.map.iter().filter_map(move |e| {
+            let k = e.key();
+            if k.version() > at {
+                return None;
+            }
+            if last
+                .as_ref()
+                .is_some_and(|(t, key)| *t == k.table && **key == *k.key)
+            {
+                return None;
+            }
+            last = Some((k.table, k.key.clone()));
+            Some((k.table, k.key.clone(), e.value().clone()))
+        })
+    }
+}
+
+fn as_dyn<'a>(b: &'a Bound<Probe<'a>>) -> Bound<&'a (dyn KeyView + 'a)> {
+    match b {
+        Bound::Included(p) => Bound::Included(p as &dyn KeyView),
+        Bound::Excluded(p) => Bound::Excluded(p as &dyn KeyView),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}

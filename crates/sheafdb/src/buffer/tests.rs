@@ -1,0 +1,408 @@
+//! Model tests of the buffer layer: one buffer against a version-indexed
+//! model, and the merged view (write set over buffers over a tree) against
+//! a `BTreeMap`, walked from both ends in random interleavings. Every
+//! random test prints its seed in its assertion messages.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::mem::MemBuffer;
+use super::merge::{self, BufferLayer, Layer, TreeWalk, Window, WritesLayer};
+use super::write_set::WriteSet;
+use super::{Held, Slot};
+use crate::btree::mem_store::MemStore;
+use crate::btree::{self, TreeRoot};
+use crate::types::{TableId, Version};
+
+const T1: TableId = TableId(1);
+const T2: TableId = TableId(2);
+
+fn key(rng: &mut StdRng) -> Vec<u8> {
+    // Few distinct keys of 0 to 2 bytes: plenty of collisions, the empty
+    // key, and prefixes of one another.
+    let len = rng.gen_range(0..3);
+    (0..len).map(|_| rng.gen_range(0..4u8)).collect()
+}
+
+fn slot(rng: &mut StdRng) -> Slot {
+    if rng.gen_bool(0.3) {
+        None
+    } else {
+        let n = rng.gen_range(0..5);
+        Some((0..n).map(|_| rng.gen()).collect::<Vec<u8>>().into())
+    }
+}
+
+fn bound(rng: &mut StdRng) -> Bound<Vec<u8>> {
+    match rng.gen_range(0..3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(key(rng)),
+        _ => Bound::Excluded(key(rng)),
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn in_range(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    Window::new(lo, hi).contains(k)
+}
+
+/// Every write to one buffer: (table, key) → [(version, slot)], oldest
+/// first.
+type History = BTreeMap<(TableId, Vec<u8>), Vec<(Version, Slot)>>;
+
+fn newest(h: &[(Version, Slot)], at: Version) -> Option<Slot> {
+    h.iter()
+        .rev()
+        .find(|(v, _)| *v <= at)
+        .map(|(_, s)| s.clone())
+}
+
+/// Fills a buffer with `versions` commits of a few random writes each.
+fn fill(rng: &mut StdRng, buf: &MemBuffer, first: u64, versions: u64, hist: &mut History) {
+    for v in first..first + versions {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..rng.gen_range(1..4) {
+            let t = if rng.gen_bool(0.7) { T1 } else { T2 };
+            let k = key(rng);
+            if !seen.insert((t, k.clone())) {
+                continue; // one write per key per commit, as a write set gives
+            }
+            let s = slot(rng);
+            buf.insert(t, &k, Version(v), s.clone());
+            hist.entry((t, k)).or_default().push((Version(v), s));
+        }
+    }
+}
+
+#[test]
+fn a_buffer_answers_points_and_seeks_like_its_history() {
+    for seed in 0..200u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let buf = MemBuffer::new();
+        let mut hist = History::new();
+        fill(&mut rng, &buf, 3, 12, &mut hist);
+        for at in 0..17u64 {
+            let at = Version(at);
+            for t in [T1, T2] {
+                for k in [vec![], vec![0], vec![1, 2], vec![3, 3], vec![2]] {
+                    let want = hist.get(&(t, k.clone())).and_then(|h| newest(h, at));
+                    assert_eq!(
+                        buf.get(t, &k, at),
+                        want,
+                        "seed {seed} get {t:?} {k:?} at {at:?}"
+                    );
+                }
+                for _ in 0..6 {
+                    let (lo, hi) = (bound(&mut rng), bound(&mut rng));
+                    let visible: Vec<(Vec<u8>, Slot)> = hist
+                        .iter()
+                        .filter(|((tt, k), _)| *tt == t && in_range(k, as_ref(&lo), as_ref(&hi)))
+                        .filter_map(|((_, k), h)| newest(h, at).map(|s| (k.clone(), s)))
+                        .collect();
+                    for back in [false, true] {
+                        let want = if back {
+                            visible.last()
+                        } else {
+                            visible.first()
+                        };
+                        let got = buf
+                            .seek(t, as_ref(&lo), as_ref(&hi), at, back)
+                            .map(|(k, s)| (k.to_vec(), s));
+                        assert_eq!(
+                            got.as_ref(),
+                            want,
+                            "seed {seed} seek {t:?} {lo:?}..{hi:?} at {at:?} back {back}"
+                        );
+                    }
+                }
+            }
+        }
+        // A fold reads the newest slot of every key, in order.
+        let at = Version(9);
+        let folded: Vec<_> = buf
+            .newest_at(at)
+            .map(|(t, k, s)| ((t, k.to_vec()), s))
+            .collect();
+        let want: Vec<_> = hist
+            .iter()
+            .filter_map(|(tk, h)| newest(h, at).map(|s| (tk.clone(), s)))
+            .collect();
+        assert_eq!(folded, want, "seed {seed} newest_at");
+    }
+}
+
+#[test]
+fn buffer_figures_follow_inserts() {
+    let buf = MemBuffer::new();
+    assert_eq!(buf.versions(), None);
+    buf.insert(T1, b"ab", Version(4), Some(Arc::from(&b"xyz"[..])));
+    buf.insert(T1, b"ab", Version(6), None);
+    assert_eq!(buf.versions(), Some((Version(4), Version(6))));
+    assert_eq!(buf.entries(), 2);
+    assert_eq!(buf.bytes(), 2 + 3 + 2 + 2 * super::mem::ENTRY_OVERHEAD);
+    buf.freeze();
+    assert!(buf.is_frozen());
+}
+
+#[test]
+#[should_panic(expected = "versions went backwards")]
+fn a_buffer_refuses_an_older_version() {
+    let buf = MemBuffer::new();
+    buf.insert(T1, b"a", Version(5), None);
+    buf.insert(T1, b"b", Version(4), None);
+}
+
+#[test]
+#[should_panic(expected = "frozen")]
+fn a_frozen_buffer_refuses_inserts() {
+    let buf = MemBuffer::new();
+    buf.freeze();
+    buf.insert(T1, b"a", Version(5), None);
+}
+
+/// A tree, two buffers over it and a write set over those, with the
+/// model of what the merged view must show at each version.
+struct Stack {
+    store: MemStore,
+    root: TreeRoot,
+    older: MemBuffer,
+    newer: MemBuffer,
+    writes: WriteSet,
+    hist: History,
+    tree: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Stack {
+    fn new(rng: &mut StdRng) -> Stack {
+        let mut store = MemStore::new(512);
+        let mut root = TreeRoot::default();
+        let mut tree = BTreeMap::new();
+        for _ in 0..rng.gen_range(0..40) {
+            let k = key(rng);
+            let v: Vec<u8> = (0..rng.gen_range(0..300)).map(|_| rng.gen()).collect();
+            btree::insert(&mut store, &mut root, &k, &v).unwrap();
+            tree.insert(k, v);
+        }
+        store.commit();
+        let (older, newer) = (MemBuffer::new(), MemBuffer::new());
+        let mut hist = History::new();
+        fill(rng, &older, 1, 6, &mut hist);
+        fill(rng, &newer, 7, 6, &mut hist);
+        Stack {
+            store,
+            root,
+            older,
+            newer,
+            writes: WriteSet::new(),
+            hist,
+            tree,
+        }
+    }
+
+    /// T1 as the merged view shows it at `at` (with or without the write
+    /// set).
+    fn model(&self, at: Version, with_writes: bool) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut m = self.tree.clone();
+        let apply = |m: &mut BTreeMap<Vec<u8>, Vec<u8>>, k: &[u8], s: &Slot| match s {
+            Some(v) => {
+                m.insert(k.to_vec(), v.to_vec());
+            }
+            None => {
+                m.remove(k);
+            }
+        };
+        for ((t, k), h) in &self.hist {
+            if let (true, Some(s)) = (*t == T1, newest(h, at)) {
+                apply(&mut m, k, &s);
+            }
+        }
+        if let Some(w) = self.writes.table(T1).filter(|_| with_writes) {
+            for (k, s) in w.iter() {
+                apply(&mut m, k, s);
+            }
+        }
+        m
+    }
+
+    fn get(&self, k: &[u8], at: Version) -> Option<Vec<u8>> {
+        let w = self.writes.table(T1);
+        let mut lookups = [
+            w.and_then(|w| w.get(k)),
+            self.newer.get(T1, k, at),
+            self.older.get(T1, k, at),
+        ]
+        .into_iter();
+        merge::get(&mut lookups, || {
+            Ok(btree::get(&self.store, &self.root, k)?.map(Held::Page))
+        })
+        .unwrap()
+        .map(|h| h.to_vec())
+    }
+}
+
+/// Walks the merged view of T1 inside `(lo, hi)` at `at`, taking each step
+/// from the end `rng` picks; returns the entries in key order.
+fn walk(
+    stack: &Stack,
+    rng: &mut StdRng,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+    at: Version,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut w = Window::new(lo, hi);
+    let mut tree = TreeWalk::new(&stack.root, &w);
+    let (mut front, mut back) = (Vec::new(), Vec::new());
+    let (mut front_done, mut back_done) = (false, false);
+    while !(front_done && back_done) {
+        let from_back = if front_done {
+            true
+        } else if back_done {
+            false
+        } else {
+            rng.gen_bool(0.5)
+        };
+        let empty = super::write_set::TableWrites::default();
+        let writes = stack.writes.table(T1).unwrap_or(&empty);
+        let mut l0 = WritesLayer(writes);
+        let mut l1 = BufferLayer {
+            buf: &stack.newer,
+            table: T1,
+            at,
+        };
+        let mut l2 = BufferLayer {
+            buf: &stack.older,
+            table: T1,
+            at,
+        };
+        let mut l3 = tree.with(&stack.store);
+        let mut layers: [&mut dyn Layer; 4] = [&mut l0, &mut l1, &mut l2, &mut l3];
+        match merge::step(&mut layers, &mut w, from_back).unwrap() {
+            Some((k, v)) if from_back => back.push((k.to_vec(), v.to_vec())),
+            Some((k, v)) => front.push((k.to_vec(), v.to_vec())),
+            None if from_back => back_done = true,
+            None => front_done = true,
+        }
+    }
+    back.reverse();
+    front.extend(back);
+    front
+}
+
+#[test]
+fn the_merged_view_matches_a_model_from_both_ends() {
+    for seed in 0..300u64 {
+        let mut rng = StdRng::seed_from_u64(1000 + seed);
+        let mut stack = Stack::new(&mut rng);
+        // The transaction's own writes, with existence taken from the view.
+        let at = Version(rng.gen_range(0..14));
+        for _ in 0..rng.gen_range(0..6) {
+            let k = key(&mut rng);
+            let existed = stack.get(&k, at).is_some();
+            stack.writes.record(T1, &k, slot(&mut rng), existed);
+        }
+        let model = stack.model(at, true);
+        let base_len = stack.model(at, false).len();
+        let delta = stack.writes.table(T1).map_or(0, |w| w.delta());
+        assert_eq!(
+            base_len as i64 + delta,
+            model.len() as i64,
+            "seed {seed}: len delta"
+        );
+        for k in [vec![], vec![0], vec![1], vec![2, 3], vec![3, 3]] {
+            assert_eq!(
+                stack.get(&k, at),
+                model.get(&k).cloned(),
+                "seed {seed} get {k:?}"
+            );
+        }
+        for _ in 0..8 {
+            let (lo, hi) = (bound(&mut rng), bound(&mut rng));
+            let want: Vec<(Vec<u8>, Vec<u8>)> = model
+                .iter()
+                .filter(|(k, _)| in_range(k, as_ref(&lo), as_ref(&hi)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let got = walk(&stack, &mut rng, as_ref(&lo), as_ref(&hi), at);
+            assert_eq!(got, want, "seed {seed} range {lo:?}..{hi:?} at {at:?}");
+        }
+    }
+}
+
+#[test]
+fn write_set_bytes_and_drops() {
+    let mut ws = WriteSet::new();
+    ws.record(T1, b"k", Some(Arc::from(&b"vv"[..])), false);
+    ws.record(T1, b"k", None, true);
+    ws.record(T2, b"j", Some(Arc::from(&b"1"[..])), true);
+    assert_eq!(ws.bytes(), 1 + 1 + 1);
+    assert_eq!(ws.table(T1).unwrap().delta(), 0);
+    assert_eq!(ws.table(T1).unwrap().len(), 1, "one key, written twice");
+    assert_eq!(ws.table(T2).unwrap().delta(), 0);
+    assert_eq!(ws.tables(), vec![T1, T2]);
+    ws.drop_table(T2);
+    assert_eq!(ws.bytes(), 1);
+    assert!(ws.table(T2).is_none());
+    assert!(!ws.is_empty());
+}
+
+/// Readers at a published version see exactly the commits up to it while
+/// the committer keeps inserting newer ones.
+#[test]
+fn readers_see_exactly_their_version_during_inserts() {
+    let buf = Arc::new(MemBuffer::new());
+    let published = Arc::new(AtomicU64::new(0));
+    const N: u64 = 20_000;
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (buf, published) = (buf.clone(), published.clone());
+            std::thread::spawn(move || {
+                let mut checks = 0u64;
+                loop {
+                    let at = Version(published.load(Ordering::Acquire));
+                    // Commit v put key v (big-endian) and removed key v-1.
+                    let first = buf.seek(T1, Bound::Unbounded, Bound::Unbounded, at, false);
+                    let last = buf.seek(T1, Bound::Unbounded, Bound::Unbounded, at, true);
+                    if at.0 == 0 {
+                        assert!(first.is_none() && last.is_none());
+                    } else {
+                        // Keys 1..at-1 are tombstones at `at`; key `at` is put.
+                        let k = at.0.to_be_bytes();
+                        assert_eq!(buf.get(T1, &k, at).map(|s| s.is_some()), Some(true));
+                        let (lk, ls) = last.unwrap();
+                        assert_eq!(&*lk, &k[..], "newest key at {at:?}");
+                        assert!(ls.is_some());
+                        let next = (at.0 + 1).to_be_bytes();
+                        assert_eq!(buf.get(T1, &next, at), None, "a future commit leaked");
+                    }
+                    checks += 1;
+                    if at.0 == N {
+                        return checks;
+                    }
+                }
+            })
+        })
+        .collect();
+    for v in 1..=N {
+        let k = v.to_be_bytes();
+        buf.insert(T1, &k, Version(v), Some(Arc::from(&k[..])));
+        if v > 1 {
+            buf.insert(T1, &(v - 1).to_be_bytes(), Version(v), None);
+        }
+        published.store(v, Ordering::Release);
+    }
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+}
