@@ -217,3 +217,87 @@ fn snapshot_isolation_holds_across_commits() -> Result<()> {
     db.check_integrity()?;
     Ok(())
 }
+
+/// A transaction large enough that its pending writes are applied to the
+/// tree part-way (past 4 MiB per table), with model steps between: reads of
+/// its own writes, ranges, pops, `retain`, `len()` stay exact across each
+/// spill, and the commit and a reopen show the model.
+#[test]
+fn a_large_transaction_spills_and_still_matches_the_model() -> Result<()> {
+    for seed in [7u64, 8] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let vfs = MemVfs::new();
+        let open = || common::builder().create_with_vfs(Arc::new(vfs.clone()), "big.sheaf");
+        let db = open()?;
+        let mut model = Model::new();
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(def("big"))?;
+            let m = model.entry("big".to_string()).or_default();
+            for i in 0..14_000u32 {
+                let k = rng.gen::<u32>().to_be_bytes().to_vec();
+                let v = vec![(i % 251) as u8; rng.gen_range(200..700)];
+                let old = t.insert(k.as_slice(), v.as_slice())?;
+                assert_eq!(
+                    old.map(|g| g.value().to_vec()),
+                    m.insert(k, v),
+                    "seed {seed}"
+                );
+                if i % 40 == 0 {
+                    step(&mut t, m, &mut rng, seed)?;
+                }
+            }
+            assert_eq!(t.len()?, m.len() as u64, "seed {seed}");
+        }
+        tx.commit()?;
+        assert_eq!(dump(&db)?, model, "seed {seed}: after commit");
+        drop(db);
+        let db = open()?;
+        assert_eq!(dump(&db)?, model, "seed {seed}: after reopen");
+        db.check_integrity()?;
+    }
+    Ok(())
+}
+
+/// A range over one table stays exact while another table of the same
+/// transaction is written heavily (its writes spilling into its tree).
+#[test]
+fn a_range_survives_writes_to_another_table() -> Result<()> {
+    let db = common::builder().create_with_vfs(Arc::new(MemVfs::new()), "r.sheaf")?;
+    let tx = db.begin_write()?;
+    let mut want = Vec::new();
+    {
+        let mut a = tx.open_table(def("a"))?;
+        for i in 0..3000u32 {
+            let k = i.to_be_bytes();
+            a.insert(k.as_slice(), k.as_slice())?;
+            want.push(k.to_vec());
+        }
+    }
+    tx.commit()?;
+    let tx = db.begin_write()?;
+    {
+        let mut a = tx.open_table(def("a"))?;
+        // Pending writes in `a` too: every tenth key removed.
+        for i in (0..3000u32).step_by(10) {
+            a.remove(i.to_be_bytes().as_slice())?;
+        }
+        want.retain(|k| u32::from_be_bytes(k[..4].try_into().unwrap()) % 10 != 0);
+        let mut b = tx.open_table(def("b"))?;
+        let mut got = Vec::new();
+        let mut n = 0u32;
+        for e in a.iter()? {
+            got.push(e?.0.value().to_vec());
+            for _ in 0..20 {
+                b.insert(n.to_be_bytes().as_slice(), vec![1u8; 400].as_slice())?;
+                n += 1;
+            }
+        }
+        assert_eq!(got, want);
+        assert!(n as u64 * 404 > 4 << 20, "b never spilled");
+        assert_eq!(b.len()?, n as u64);
+    }
+    tx.commit()?;
+    db.check_integrity()?;
+    Ok(())
+}

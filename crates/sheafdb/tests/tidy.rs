@@ -27,6 +27,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "txn",
         &[
             "btree",
+            "buffer",
             "error",
             "format",
             "lock_rank",
@@ -35,7 +36,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "wal",
         ],
     ),
-    ("table", &["btree", "error", "txn", "types", "wal"]),
+    (
+        "table",
+        &["btree", "buffer", "error", "txn", "types", "wal"],
+    ),
     ("testing", &["format", "types", "wal"]),
     (
         "db",

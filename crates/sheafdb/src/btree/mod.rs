@@ -48,9 +48,9 @@ use crate::types::PageId;
 
 pub use cursor::Cursor;
 pub use dirty::collect_dirty;
+pub use mutate::{check_limits, insert, remove};
 #[cfg(test)]
-pub use mutate::{delete, put, retain};
-pub use mutate::{drain_filter, insert, pop_first, pop_last, remove};
+pub use mutate::{delete, drain_filter, pop_first, pop_last, put, retain};
 #[cfg(test)]
 pub use node::{max_key_len, max_value_len};
 pub use walk::{clear, walk};

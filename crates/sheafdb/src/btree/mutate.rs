@@ -15,6 +15,7 @@
 //!
 //! Must not know: transactions, the WAL, how the store allocates or caches.
 
+#[cfg(test)]
 use super::cursor::Cursor;
 use super::node::{
     copy_node, inline_fits, insert_cell, max_key_len, max_value_len, remove_cell, remove_child,
@@ -70,8 +71,14 @@ enum Edge {
     Left,
 }
 
-/// What a descent looks for.
+/// What a descent looks for. (`First`/`Last` serve `pop_first`/`pop_last`,
+/// which only the tree's own tests drive now: tables pop through the
+/// merged view.)
 #[derive(Clone, Copy)]
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "First/Last are reached only from test drivers")
+)]
 enum Target<'k> {
     Key(&'k [u8]),
     First,
@@ -250,7 +257,9 @@ fn old_value<S: PageRead + ?Sized>(
     }
 }
 
-fn check_limits(ps: usize, key: &[u8], value: &[u8]) -> Result<()> {
+/// `KeyTooLarge` or `ValueTooLarge` unless a tree of `ps`-byte pages can
+/// store `key` and `value`.
+pub fn check_limits(ps: usize, key: &[u8], value: &[u8]) -> Result<()> {
     if key.len() > max_key_len(ps) {
         return Err(Error::KeyTooLarge {
             len: key.len(),
@@ -824,6 +833,7 @@ pub fn remove<S: PageWrite + ?Sized>(
     Ok(remove_found(store, root, d, false, true)?.1)
 }
 
+#[cfg(test)]
 /// Removes `key` without reading its value; true if it was present.
 pub fn delete<S: PageWrite + ?Sized>(
     store: &mut S,
@@ -841,6 +851,7 @@ pub fn delete<S: PageWrite + ?Sized>(
     Ok(true)
 }
 
+#[cfg(test)]
 fn pop<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
@@ -859,6 +870,7 @@ fn pop<S: PageWrite + ?Sized>(
     }
 }
 
+#[cfg(test)]
 /// Removes and returns the entry with the smallest key.
 pub fn pop_first<S: PageWrite + ?Sized>(
     store: &mut S,
@@ -867,6 +879,7 @@ pub fn pop_first<S: PageWrite + ?Sized>(
     pop(store, root, Target::First)
 }
 
+#[cfg(test)]
 /// Removes and returns the entry with the largest key.
 pub fn pop_last<S: PageWrite + ?Sized>(
     store: &mut S,
@@ -875,6 +888,7 @@ pub fn pop_last<S: PageWrite + ?Sized>(
     pop(store, root, Target::Last)
 }
 
+#[cfg(test)]
 /// Scans every entry, collecting (an owned copy of) those `doomed` picks.
 fn collect<S: PageRead + ?Sized, T>(
     store: &S,
@@ -891,6 +905,7 @@ fn collect<S: PageRead + ?Sized, T>(
     Ok(out)
 }
 
+#[cfg(test)]
 /// Removes every key in `keys` (all present in the tree).
 fn delete_all<S: PageWrite + ?Sized, T>(
     store: &mut S,
@@ -918,6 +933,7 @@ pub fn retain<S: PageWrite + ?Sized>(
     Ok(doomed.len() as u64)
 }
 
+#[cfg(test)]
 /// Removes the entries for which `f` returns true and returns them in key
 /// order.
 pub fn drain_filter<S: PageWrite + ?Sized>(

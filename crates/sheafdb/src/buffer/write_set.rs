@@ -17,6 +17,16 @@ use std::sync::Arc;
 use super::{Held, Slot};
 use crate::types::{IdMap, TableId};
 
+/// Bytes charged per pending write on top of its key and value (map node
+/// share, two shared-buffer headers): an estimate, so a transaction of
+/// many small writes (removals above all) is bounded like one of few
+/// large ones.
+pub const ENTRY_OVERHEAD: u64 = 64;
+
+fn charge(key: &[u8], slot: &Slot) -> u64 {
+    key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD
+}
+
 /// The writes of one table.
 #[derive(Debug, Default)]
 pub struct TableWrites {
@@ -44,6 +54,11 @@ impl TableWrites {
         let mut r = self.map.range::<[u8], _>((lo, hi));
         let e = if back { r.next_back() } else { r.next() };
         e.map(|(k, v)| (Held::Shared(k.clone()), v.clone()))
+    }
+
+    /// Bytes charged (keys, values, per-entry overhead).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Entry-count change of these writes.
@@ -86,11 +101,9 @@ impl WriteSet {
     pub fn record(&mut self, table: TableId, key: &[u8], slot: Slot, existed: bool) {
         let t = self.tables.entry(table).or_default();
         t.delta += i64::from(slot.is_some()) - i64::from(existed);
-        let add = key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64);
+        let add = charge(key, &slot);
         let old = t.map.insert(Arc::from(key), slot);
-        let sub = old
-            .map(|o| key.len() as u64 + o.as_ref().map_or(0, |v| v.len() as u64))
-            .unwrap_or(0);
+        let sub = old.map(|o| charge(key, &o)).unwrap_or(0);
         t.bytes = t.bytes + add - sub;
         self.bytes = self.bytes + add - sub;
     }
@@ -100,6 +113,13 @@ impl WriteSet {
         self.tables.get(&table)
     }
 
+    /// Removes and returns the writes of `table` (to apply them).
+    pub fn take_table(&mut self, table: TableId) -> Option<TableWrites> {
+        let t = self.tables.remove(&table)?;
+        self.bytes -= t.bytes;
+        Some(t)
+    }
+
     /// Forgets every write of `table` (the table was deleted).
     pub fn drop_table(&mut self, table: TableId) {
         if let Some(t) = self.tables.remove(&table) {
@@ -107,7 +127,7 @@ impl WriteSet {
         }
     }
 
-    /// Key and value bytes held.
+    /// Bytes charged over all tables.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }

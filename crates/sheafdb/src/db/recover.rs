@@ -160,8 +160,7 @@ impl CfReplay {
             let v = btree::get(&st.pages, &st.catalog, name.as_bytes())?
                 .ok_or_else(|| corrupt(format!("table {name:?} missing from the catalog")))?;
             let meta = TableMeta::decode(v.as_slice())?;
-            st.tables
-                .insert(name.clone(), TableState { meta, dirty: false });
+            st.tables.insert(name.clone(), TableState::loaded(meta));
         }
         Ok(st.tables.get_mut(name.as_str()).expect("inserted"))
     }

@@ -273,6 +273,7 @@ impl WriteTransaction {
         let mut st = self.core.state()?;
         st.check_not_failed()?;
         self.core.check_none_open()?;
+        st.apply_writes().map_err(|e| st.fail(e))?;
         st.flush_tables()?;
         if !st.catalog_changed && !st.pages.is_dirty() {
             // Nothing to log, but the state this transaction read must be
@@ -395,6 +396,7 @@ impl MultiWriteTransaction {
         }
         let flushed: Result<()> = guards.iter_mut().try_for_each(|g| {
             g.check_not_failed()?;
+            g.apply_writes().map_err(|e| g.fail(e))?;
             g.flush_tables()
         });
         if let Err(e) = flushed {

@@ -16,27 +16,15 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use crate::btree::{self, Bytes, Cursor, TreeRoot};
+use crate::buffer::merge::{self, TreeWalk, Window, WritesLayer};
+use crate::buffer::write_set::TableWrites;
+use crate::buffer::Held;
 use crate::error::{Error, Result};
 use crate::table::types::{Key, Value};
-use crate::txn::pages::ReadPages;
-use crate::txn::{CfVersion, WriteCore, WriteState};
+use crate::txn::pages::{ReadPages, TxnPages};
+use crate::txn::{CfVersion, WriteCore, WriteState, SPILL_BYTES};
 use crate::types::TableId;
 use crate::wal::record::Op;
-
-#[derive(Debug)]
-enum Stored {
-    Page(Bytes),
-    Owned(Vec<u8>),
-}
-
-impl Stored {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Stored::Page(b) => b.as_slice(),
-            Stored::Owned(v) => v,
-        }
-    }
-}
 
 /// Declares a guard type: stored bytes of one key or value, decoded on
 /// demand by `$decode` (validated once when the guard is made).
@@ -44,7 +32,7 @@ macro_rules! guard {
     ($(#[$doc:meta])* $name:ident, $trait:ident, $decode:ident) => {
         $(#[$doc])*
         pub struct $name<T: $trait + 'static> {
-            bytes: Stored,
+            bytes: Held,
             _t: PhantomData<fn() -> T>,
         }
 
@@ -55,7 +43,7 @@ macro_rules! guard {
         }
 
         impl<T: $trait + 'static> $name<T> {
-            fn new(bytes: Stored) -> Result<$name<T>> {
+            fn new(bytes: Held) -> Result<$name<T>> {
                 T::$decode(bytes.as_slice())?;
                 Ok($name {
                     bytes,
@@ -92,15 +80,16 @@ guard!(
 
 type Entry<K, V> = (KeyGuard<K>, AccessGuard<V>);
 
-fn entry<K: Key + 'static, V: Value + 'static>(k: Bytes, v: Bytes) -> Result<Entry<K, V>> {
-    Ok((
-        KeyGuard::new(Stored::Page(k))?,
-        AccessGuard::new(Stored::Page(v))?,
-    ))
+fn entry<K: Key + 'static, V: Value + 'static>(k: Held, v: Held) -> Result<Entry<K, V>> {
+    Ok((KeyGuard::new(k)?, AccessGuard::new(v)?))
 }
 
-fn opt_value<V: Value + 'static>(b: Option<Bytes>) -> Result<Option<AccessGuard<V>>> {
-    b.map(|b| AccessGuard::new(Stored::Page(b))).transpose()
+fn opt_value<V: Value + 'static>(b: Option<Held>) -> Result<Option<AccessGuard<V>>> {
+    b.map(AccessGuard::new).transpose()
+}
+
+fn page_value<V: Value + 'static>(b: Option<Bytes>) -> Result<Option<AccessGuard<V>>> {
+    opt_value(b.map(Held::Page))
 }
 
 fn encode_key<K: Key>(k: &K::SelfType<'_>) -> Vec<u8> {
@@ -132,17 +121,43 @@ fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 enum Source<'t> {
-    /// The version is held so the snapshot's pages stay alive.
-    Read(ReadPages, #[allow(dead_code)] Arc<CfVersion>),
-    Write(&'t WriteCore),
+    /// A snapshot: its tree's cursor. The version is held so the
+    /// snapshot's pages stay alive.
+    Read {
+        pages: ReadPages,
+        cursor: Cursor,
+        _version: Arc<CfVersion>,
+    },
+    /// A write transaction: the merged view of its pending writes over the
+    /// table's tree, re-read under the state lock at each step.
+    Write {
+        txn: &'t WriteCore,
+        table: TableId,
+        window: Window,
+        tree: TreeWalk,
+    },
 }
 
 /// A double-ended iterator over a key range, yielding `(key, value)` guards.
 pub struct Range<'t, K: Key + 'static, V: Value + 'static> {
     source: Source<'t>,
-    cursor: Cursor,
     done: bool,
     _kv: PhantomData<fn() -> (K, V)>,
+}
+
+/// One step of the merged view of `table` in `st` (its pending writes over
+/// its tree).
+fn merged_step(
+    st: &WriteState,
+    table: TableId,
+    window: &mut Window,
+    tree: &mut TreeWalk,
+    back: bool,
+) -> Result<Option<(Held, Held)>> {
+    let empty = TableWrites::default();
+    let mut writes = WritesLayer(st.writes.table(table).unwrap_or(&empty));
+    let mut tree = tree.with(&st.pages);
+    merge::step(&mut [&mut writes, &mut tree], window, back)
 }
 
 impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
@@ -150,17 +165,22 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
         if self.done {
             return None;
         }
-        let r = match &self.source {
-            Source::Read(pages, _) => {
-                if back {
-                    self.cursor.next_back(pages)
+        let r = match &mut self.source {
+            Source::Read { pages, cursor, .. } => {
+                let r = if back {
+                    cursor.next_back(pages)
                 } else {
-                    self.cursor.next(pages)
-                }
+                    cursor.next(pages)
+                };
+                r.map(|o| o.map(|(k, v)| (Held::Page(k), Held::Page(v))))
             }
-            Source::Write(txn) => match txn.state() {
-                Ok(st) if back => self.cursor.next_back(&st.pages),
-                Ok(st) => self.cursor.next(&st.pages),
+            Source::Write {
+                txn,
+                table,
+                window,
+                tree,
+            } => match txn.state() {
+                Ok(st) => merged_step(&st, *table, window, tree, back),
                 Err(e) => Err(e),
             },
         };
@@ -217,13 +237,25 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         }
     }
 
+    fn read_range(&self, cursor: Cursor) -> Range<'static, K, V> {
+        Range {
+            source: Source::Read {
+                pages: self.pages.clone(),
+                cursor,
+                _version: self.version.clone(),
+            },
+            done: false,
+            _kv: PhantomData,
+        }
+    }
+
     /// The value stored under `key`.
     pub fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<Option<AccessGuard<V>>>
     where
         K: 'a,
     {
         let k = encode_key::<K>(key.borrow());
-        opt_value(btree::get(&self.pages, &self.root, &k)?)
+        page_value(btree::get(&self.pages, &self.root, &k)?)
     }
 
     /// Entries with keys in `range`, ascending (reverse with `.rev()`).
@@ -235,23 +267,12 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         let start = encode_bound::<K, KR>(range.start_bound());
         let end = encode_bound::<K, KR>(range.end_bound());
         let cursor = Cursor::new(&self.root, as_ref_bound(&start), as_ref_bound(&end));
-        Ok(Range {
-            source: Source::Read(self.pages.clone(), self.version.clone()),
-            cursor,
-            done: false,
-            _kv: PhantomData,
-        })
+        Ok(self.read_range(cursor))
     }
 
     /// All entries, ascending.
     pub fn iter(&self) -> Result<Range<'static, K, V>> {
-        let cursor = Cursor::new(&self.root, Bound::Unbounded, Bound::Unbounded);
-        Ok(Range {
-            source: Source::Read(self.pages.clone(), self.version.clone()),
-            cursor,
-            done: false,
-            _kv: PhantomData,
-        })
+        Ok(self.read_range(Cursor::all(&self.root)))
     }
 
     /// The entry with the smallest key.
@@ -272,15 +293,6 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     /// True if the table has no entries.
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.root.len == 0)
-    }
-}
-
-fn log_popped(st: &mut WriteState, table: TableId, popped: &Option<(Bytes, Bytes)>) {
-    if let Some((k, _)) = popped {
-        st.log(&Op::Delete {
-            table,
-            key: k.as_slice(),
-        });
     }
 }
 
@@ -313,37 +325,89 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         }
     }
 
-    /// Runs `f` on the tree of this table, stores the new root, then lets
-    /// `log` record the logical operation for the WAL. If `f` fails after
-    /// it may have changed pages, the transaction is marked failed (see
-    /// [`WriteState::fail`]): it can then only be aborted.
-    fn with_tree<R>(
-        &self,
-        f: impl FnOnce(&mut crate::txn::pages::TxnPages, &mut TreeRoot) -> Result<R>,
-        log: impl FnOnce(&mut WriteState, TableId, &R),
-    ) -> Result<R> {
-        let mut guard = self.txn.state()?;
-        let st = &mut *guard;
-        st.check_not_failed()?;
-        let table = st
+    /// The table's id, tree root and entry count (pending writes included).
+    fn info(&self, st: &WriteState) -> Result<(TableId, TreeRoot, u64)> {
+        let t = st
             .tables
-            .get_mut(&self.name)
+            .get(&self.name)
             .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
-        let id = table.meta.id;
-        let mut root = table.root();
-        let r = f(&mut st.pages, &mut root);
-        table.set_root(root);
-        let r = r.map_err(|e| st.fail(e))?;
-        log(st, id, &r);
-        Ok(r)
+        let id = t.meta.id;
+        let delta = st.writes.table(id).map_or(0, |w| w.delta());
+        let len = t.meta.len.checked_add_signed(delta).ok_or_else(|| {
+            Error::corrupted(
+                format!("table {:?}: entry count below zero", self.name),
+                "table tree",
+            )
+        })?;
+        Ok((id, t.root(), len))
     }
 
-    fn root(&self) -> Result<TreeRoot> {
-        let st = self.txn.state()?;
-        st.tables
-            .get(&self.name)
-            .map(|t| t.root())
-            .ok_or_else(|| Error::TableNotFound(self.name.clone()))
+    /// What the merged view (pending writes over the tree) holds at `key`.
+    fn lookup(st: &WriteState, id: TableId, root: &TreeRoot, key: &[u8]) -> Result<Option<Held>> {
+        let mut pending = std::iter::once(st.writes.table(id).and_then(|w| w.get(key)));
+        merge::get(&mut pending, || {
+            Ok(btree::get(&st.pages, root, key)?.map(Held::Page))
+        })
+    }
+
+    /// Logs that `key` becomes `value` (`None`: removed) and records it in
+    /// the write set (the old value was `old`), or, for a table in direct
+    /// mode, applies it to the tree. A table whose pending writes outgrow
+    /// `SPILL_BYTES` has them applied to its tree now and switches to
+    /// direct mode. A failure applying fails the transaction.
+    fn write(
+        st: &mut WriteState,
+        id: TableId,
+        key: &[u8],
+        value: Option<&[u8]>,
+        old: &Option<Held>,
+    ) -> Result<()> {
+        match value {
+            Some(value) => st.log(&Op::Put {
+                table: id,
+                key,
+                value,
+            }),
+            None => st.log(&Op::Delete { table: id, key }),
+        }
+        let table = st.tables.values_mut().find(|t| t.meta.id == id);
+        if let Some(t) = table.filter(|t| t.direct) {
+            // Direct mode: the write goes to the tree now.
+            let mut root = t.root();
+            let r = match value {
+                Some(v) => btree::insert(&mut st.pages, &mut root, key, v).map(drop),
+                None => btree::remove(&mut st.pages, &mut root, key).map(drop),
+            };
+            t.set_root(root);
+            return r.map_err(|e| st.fail(e));
+        }
+        st.writes
+            .record(id, key, value.map(Arc::from), old.is_some());
+        if st.writes.table(id).is_some_and(|w| w.bytes() > SPILL_BYTES) {
+            st.apply_table_writes(id).map_err(|e| st.fail(e))?;
+            if let Some(t) = st.tables.values_mut().find(|t| t.meta.id == id) {
+                t.direct = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// For a table in direct mode (see `TableState::direct`): runs `f` on
+    /// its tree, stores the new root and logs what `log` says. `None` if
+    /// the table is not in direct mode. A failure after pages may have
+    /// changed fails the transaction.
+    fn direct<R>(
+        &self,
+        st: &mut WriteState,
+        f: impl FnOnce(&mut TxnPages, &mut TreeRoot) -> Result<R>,
+        log: impl FnOnce(&mut WriteState, TableId, &R),
+    ) -> Option<Result<R>> {
+        let t = st.tables.get_mut(&self.name).filter(|t| t.direct)?;
+        let id = t.meta.id;
+        let mut root = t.root();
+        let r = f(&mut st.pages, &mut root);
+        t.set_root(root);
+        Some(r.map_err(|e| st.fail(e)).inspect(|r| log(st, id, r)))
     }
 
     /// Inserts or replaces; returns the old value.
@@ -358,16 +422,23 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     {
         let k = encode_key::<K>(key.borrow());
         let v = encode_value::<V>(value.borrow());
-        let old = self.with_tree(
-            |pages, root| btree::insert(pages, root, &k, &v),
-            |st, table, _| {
-                st.log(&Op::Put {
-                    table,
-                    key: &k,
-                    value: &v,
-                })
-            },
-        )?;
+        let mut st = self.txn.state()?;
+        st.check_not_failed()?;
+        btree::check_limits(btree::store::PageRead::page_size(&st.pages), &k, &v)?;
+        let put = |p: &mut TxnPages, r: &mut TreeRoot| btree::insert(p, r, &k, &v);
+        let log = |st: &mut WriteState, table, _: &_| {
+            st.log(&Op::Put {
+                table,
+                key: &k,
+                value: &v,
+            })
+        };
+        if let Some(old) = self.direct(&mut st, put, log) {
+            return page_value(old?);
+        }
+        let (id, root, _) = self.info(&st)?;
+        let old = Self::lookup(&st, id, &root, &k)?;
+        Self::write(&mut st, id, &k, Some(&v), &old)?;
         opt_value(old)
     }
 
@@ -380,14 +451,22 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         K: 'k,
     {
         let k = encode_key::<K>(key.borrow());
-        let old = self.with_tree(
-            |pages, root| btree::remove(pages, root, &k),
-            |st, table, old| {
-                if old.is_some() {
-                    st.log(&Op::Delete { table, key: &k })
-                }
-            },
-        )?;
+        let mut st = self.txn.state()?;
+        st.check_not_failed()?;
+        let del = |p: &mut TxnPages, r: &mut TreeRoot| btree::remove(p, r, &k);
+        let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
+            if old.is_some() {
+                st.log(&Op::Delete { table, key: &k })
+            }
+        };
+        if let Some(old) = self.direct(&mut st, del, log) {
+            return page_value(old?);
+        }
+        let (id, root, _) = self.info(&st)?;
+        let old = Self::lookup(&st, id, &root, &k)?;
+        if old.is_some() {
+            Self::write(&mut st, id, &k, None, &old)?;
+        }
         opt_value(old)
     }
 
@@ -398,12 +477,25 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     {
         let k = encode_key::<K>(key.borrow());
         let st = self.txn.state()?;
-        let root = st
-            .tables
-            .get(&self.name)
-            .map(|t| t.root())
-            .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
-        opt_value(btree::get(&st.pages, &root, &k)?)
+        let (id, root, _) = self.info(&st)?;
+        opt_value(Self::lookup(&st, id, &root, &k)?)
+    }
+
+    fn write_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Range<'_, K, V>> {
+        let st = self.txn.state()?;
+        let (table, root, _) = self.info(&st)?;
+        let window = Window::new(lo, hi);
+        let tree = TreeWalk::new(&root, &window);
+        Ok(Range {
+            source: Source::Write {
+                txn: self.txn,
+                table,
+                window,
+                tree,
+            },
+            done: false,
+            _kv: PhantomData,
+        })
     }
 
     /// Entries with keys in `range`, ascending (reverse with `.rev()`).
@@ -414,24 +506,12 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     {
         let start = encode_bound::<K, KR>(range.start_bound());
         let end = encode_bound::<K, KR>(range.end_bound());
-        let root = self.root()?;
-        Ok(Range {
-            source: Source::Write(self.txn),
-            cursor: Cursor::new(&root, as_ref_bound(&start), as_ref_bound(&end)),
-            done: false,
-            _kv: PhantomData,
-        })
+        self.write_range(as_ref_bound(&start), as_ref_bound(&end))
     }
 
     /// All entries, ascending.
     pub fn iter(&self) -> Result<Range<'_, K, V>> {
-        let root = self.root()?;
-        Ok(Range {
-            source: Source::Write(self.txn),
-            cursor: Cursor::new(&root, Bound::Unbounded, Bound::Unbounded),
-            done: false,
-            _kv: PhantomData,
-        })
+        self.write_range(Bound::Unbounded, Bound::Unbounded)
     }
 
     /// The entry with the smallest key.
@@ -444,16 +524,29 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         self.iter()?.next_back().transpose()
     }
 
+    /// Removes and returns the entry at one end of the merged view.
+    fn pop(&mut self, back: bool) -> Result<Option<Entry<K, V>>> {
+        let mut st = self.txn.state()?;
+        st.check_not_failed()?;
+        let (id, root, _) = self.info(&st)?;
+        let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
+        let mut tree = TreeWalk::new(&root, &window);
+        let Some((k, v)) = merged_step(&st, id, &mut window, &mut tree, back)? else {
+            return Ok(None);
+        };
+        let popped = entry(k.clone(), v.clone())?;
+        Self::write(&mut st, id, &k, None, &Some(v))?;
+        Ok(Some(popped))
+    }
+
     /// Removes and returns the entry with the smallest key.
     pub fn pop_first(&mut self) -> Result<Option<Entry<K, V>>> {
-        let popped = self.with_tree(btree::pop_first, log_popped)?;
-        popped.map(|(k, v)| entry(k, v)).transpose()
+        self.pop(false)
     }
 
     /// Removes and returns the entry with the largest key.
     pub fn pop_last(&mut self) -> Result<Option<Entry<K, V>>> {
-        let popped = self.with_tree(btree::pop_last, log_popped)?;
-        popped.map(|(k, v)| entry(k, v)).transpose()
+        self.pop(true)
     }
 
     /// Keeps only the entries for which `f` returns true. Returns how many
@@ -471,50 +564,39 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
     ) -> Result<Vec<Entry<K, V>>> {
-        let mut failure = None;
-        let txn = self.txn;
-        let removed = self.with_tree(
-            |pages, root| {
-                // The closure is user code run under the state lock: using
-                // this transaction from it is an error, not a self-deadlock.
-                let _scope = txn.callback_scope();
-                btree::drain_filter(pages, root, |k, v| {
-                    match (K::decode_key(k), V::decode_value(v)) {
-                        (Ok(k), Ok(v)) => f(k, v),
-                        (Err(e), _) | (_, Err(e)) => {
-                            failure.get_or_insert(e);
-                            false
-                        }
-                    }
-                })
-            },
-            |st, table, removed| {
-                for (key, _) in removed {
-                    st.log(&Op::Delete { table, key });
+        let mut st = self.txn.state()?;
+        st.check_not_failed()?;
+        let (id, root, _) = self.info(&st)?;
+        let chosen = {
+            // The closure is user code run under the state lock: using this
+            // transaction from it is an error, not a self-deadlock.
+            let _scope = self.txn.callback_scope();
+            let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
+            let mut tree = TreeWalk::new(&root, &window);
+            let mut chosen = Vec::new();
+            while let Some((k, v)) = merged_step(&st, id, &mut window, &mut tree, false)? {
+                if f(K::decode_key(&k)?, V::decode_value(&v)?) {
+                    chosen.push((k, v));
                 }
-            },
-        )?;
-        if let Some(e) = failure {
-            return Err(e);
+            }
+            chosen
+        };
+        let mut out = Vec::with_capacity(chosen.len());
+        for (k, v) in chosen {
+            out.push(entry(k.clone(), v.clone())?);
+            Self::write(&mut st, id, &k, None, &Some(v))?;
         }
-        removed
-            .into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    KeyGuard::new(Stored::Owned(k))?,
-                    AccessGuard::new(Stored::Owned(v))?,
-                ))
-            })
-            .collect()
+        Ok(out)
     }
 
-    /// Number of entries (O(1)).
+    /// Number of entries (O(1)), this transaction's writes included.
     pub fn len(&self) -> Result<u64> {
-        Ok(self.root()?.len)
+        let st = self.txn.state()?;
+        Ok(self.info(&st)?.2)
     }
 
     /// True if the table has no entries.
     pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.root()?.len == 0)
+        Ok(self.len()? == 0)
     }
 }

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::btree::{self, TreeRoot};
+use crate::buffer::write_set::WriteSet;
 use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
 use crate::lock_rank::{ranks, suspend, RankedGuard, RankedMutex, Suspended};
@@ -25,6 +26,11 @@ use crate::wal::record::{CommitEncoder, Op};
 use super::pages::TxnPages;
 use super::version::{thread_token, CfShared, CfVersion};
 use super::MAX_TABLE_NAME;
+
+/// Pending write bytes (keys and values) of one table past which they are
+/// applied to its tree before commit, bounding a large transaction's
+/// memory to about its pages plus this much.
+pub(crate) const SPILL_BYTES: u64 = 4 << 20;
 
 /// `InvalidArgument` unless `name` is a valid table name.
 pub(crate) fn check_table_name(name: &str) -> Result<()> {
@@ -86,9 +92,23 @@ pub(crate) fn list_catalog<S: btree::store::PageRead>(
 pub(crate) struct TableState {
     pub meta: TableMeta,
     pub dirty: bool,
+    /// Set once the table's pending writes outgrew [`SPILL_BYTES`] and were
+    /// applied: for the rest of the transaction its writes go straight to
+    /// its tree (one descent per write instead of a lookup now and an
+    /// apply at commit), and its write set stays empty.
+    pub direct: bool,
 }
 
 impl TableState {
+    /// The state of a table as loaded from the catalog (or just created).
+    pub fn loaded(meta: TableMeta) -> TableState {
+        TableState {
+            meta,
+            dirty: false,
+            direct: false,
+        }
+    }
+
     pub fn root(&self) -> TreeRoot {
         TreeRoot {
             root: self.meta.root,
@@ -115,6 +135,10 @@ pub(crate) struct WriteState {
     pub catalog: TreeRoot,
     pub next_table: TableId,
     pub tables: HashMap<String, TableState>,
+    /// Writes not yet applied to the tables' trees (applied in key order
+    /// at commit, or earlier for a table whose writes grow past
+    /// [`SPILL_BYTES`]).
+    pub writes: WriteSet,
     pub catalog_changed: bool,
     /// The logical operations so far, for the WAL record; `None` once the
     /// transaction outgrew `log_max_bytes` and will commit by a direct
@@ -142,6 +166,7 @@ impl WriteState {
             next_table: base.next_table,
             base,
             tables: HashMap::new(),
+            writes: WriteSet::new(),
             catalog_changed: false,
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_max_bytes: log_max_bytes.unwrap_or(0),
@@ -162,7 +187,7 @@ impl WriteState {
         self.next_table = TableId(self.next_table.0.max(meta.id.0 + 1));
         self.catalog_changed = true;
         self.tables
-            .insert(name.to_string(), TableState { meta, dirty: false });
+            .insert(name.to_string(), TableState::loaded(meta));
         Ok(())
     }
 
@@ -176,6 +201,7 @@ impl WriteState {
         btree::clear(&mut self.pages, &mut root)?;
         btree::remove(&mut self.pages, &mut self.catalog, name.as_bytes())?;
         self.tables.remove(name);
+        self.writes.drop_table(meta.id);
         self.catalog_changed = true;
         Ok(())
     }
@@ -192,8 +218,7 @@ impl WriteState {
             to.as_bytes(),
             &meta.encode(),
         )?;
-        self.tables
-            .insert(to.to_string(), TableState { meta, dirty: false });
+        self.tables.insert(to.to_string(), TableState::loaded(meta));
         self.catalog_changed = true;
         Ok(())
     }
@@ -242,6 +267,56 @@ impl WriteState {
             )?;
             t.dirty = false;
             self.catalog_changed = true;
+        }
+        Ok(())
+    }
+
+    /// Applies every table's pending writes to its tree, tables by id and
+    /// keys in order (so each leaf is copied once per batch).
+    pub fn apply_writes(&mut self) -> Result<()> {
+        for id in self.writes.tables() {
+            self.apply_table_writes(id)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the pending writes of table `id` to its tree, in key order.
+    /// On an error the state is inconsistent: the caller fails the
+    /// transaction.
+    pub fn apply_table_writes(&mut self, id: TableId) -> Result<()> {
+        let Some(writes) = self.writes.take_table(id) else {
+            return Ok(());
+        };
+        let table = self
+            .tables
+            .values_mut()
+            .find(|t| t.meta.id == id)
+            .expect("a table with pending writes has its state loaded");
+        debug_assert!(!table.direct, "a direct table has pending writes");
+        let mut root = table.root();
+        let expected = root.len as i64 + writes.delta();
+        let mut result = Ok(());
+        for (key, slot) in writes.iter() {
+            let r = match slot {
+                Some(value) => btree::insert(&mut self.pages, &mut root, key, value).map(drop),
+                None => btree::remove(&mut self.pages, &mut root, key).map(drop),
+            };
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        table.set_root(root);
+        result?;
+        if root.len as i64 != expected {
+            // Reads and writes of the tree disagreed on which keys exist.
+            return Err(Error::corrupted(
+                format!(
+                    "table {id}: entry count {} after its writes, expected {expected}",
+                    root.len
+                ),
+                "table tree",
+            ));
         }
         Ok(())
     }
@@ -336,8 +411,7 @@ impl WriteCore {
         if !st.tables.contains_key(name) {
             match lookup_table(&st.pages, &st.catalog, name)? {
                 Some(meta) => {
-                    st.tables
-                        .insert(name.to_string(), TableState { meta, dirty: false });
+                    st.tables.insert(name.to_string(), TableState::loaded(meta));
                 }
                 None => {
                     st.check_not_failed()?;
