@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use common::{def, dump, rand_key, rand_value, Model};
+use common::{def, dump, dump_snapshot, rand_key, rand_value, Model};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sheafdb::storage::mem::MemVfs;
@@ -138,12 +138,23 @@ fn run_sequence(seed: u64, txns: usize) -> Result<()> {
     let mut committed = Model::new();
     for _ in 0..txns {
         let mut working = committed.clone();
+        // A snapshot held across the transaction and any fold it meets.
+        let snapshot = match rng.gen_bool(0.3) {
+            true => Some((db.begin_read()?, committed.clone())),
+            false => None,
+        };
         let tx = db.begin_write()?;
         for _ in 0..rng.gen_range(1..25) {
             let name = format!("t{}", rng.gen_range(0..3));
             let mut t = tx.open_table(def(&name))?;
             let m = working.entry(name).or_default();
             step(&mut t, m, &mut rng, seed)?;
+            drop(t);
+            if rng.gen_bool(0.03) {
+                // A checkpoint while this writer is open (its CF is not
+                // folded: its writer is busy).
+                db.checkpoint()?;
+            }
         }
         match rng.gen_range(0..10) {
             0 => tx.abort()?,
@@ -154,6 +165,13 @@ fn run_sequence(seed: u64, txns: usize) -> Result<()> {
             }
         }
         assert_eq!(dump(&db)?, committed, "seed {seed}: after commit/abort");
+        if rng.gen_bool(0.2) {
+            db.checkpoint()?; // folds the buffered commits into the trees
+            assert_eq!(dump(&db)?, committed, "seed {seed}: after a fold");
+        }
+        if let Some((rx, want)) = snapshot {
+            assert_eq!(dump_snapshot(&rx)?, want, "seed {seed}: a snapshot changed");
+        }
         if rng.gen_bool(0.1) {
             drop(db);
             db = open()?;

@@ -247,6 +247,7 @@ impl Cursor {
     }
 
     /// A cursor over every entry of `root`.
+    #[cfg(test)]
     pub fn all(root: &TreeRoot) -> Cursor {
         Cursor::new(root, Bound::Unbounded, Bound::Unbounded)
     }

@@ -49,6 +49,9 @@ pub struct CfStats {
     pub extent_bytes: u64,
     /// Bytes committed but not yet checkpointed.
     pub dirty_bytes: u64,
+    /// Bytes of commits held in the CF's write buffer (not yet folded
+    /// into its B+trees; they are in the WAL).
+    pub buffered_bytes: u64,
 }
 
 impl ColumnFamily {
@@ -102,7 +105,10 @@ impl ColumnFamily {
     pub fn stats(&self) -> Result<CfStats> {
         self.cf.check_live()?;
         let rx = self.begin_read()?;
-        let mut stats = CfStats::default();
+        let mut stats = CfStats {
+            buffered_bytes: self.cf.current.load().buffer.bytes(),
+            ..CfStats::default()
+        };
         for name in rx.list_tables()? {
             let (len, _) = table_len_untyped(&rx, &name)?;
             stats.tables += 1;

@@ -67,8 +67,10 @@ struct Plan {
 }
 
 impl DbShared {
-    /// Checkpoints every CF with unpersisted published commits.
+    /// Folds every CF's buffered commits whose writer is free, then
+    /// checkpoints every CF with unpersisted published trees.
     pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
+        self.fold_all()?;
         self.checkpoint_including(Vec::new())
     }
 
@@ -126,6 +128,14 @@ impl DbShared {
             }
         };
         let replay_lsn = replay_floor(&cfs, &plans, log_end, prev_replay);
+        // Buffered commits a checkpoint does not write into the trees (a
+        // CF whose writer was busy, so it was not folded) become durable
+        // in the WAL instead: a checkpoint makes every commit before it
+        // durable, whatever its mode (ordering rule O8).
+        if let Err(e) = self.wal_durable_through(log_end) {
+            self.poison(&e);
+            return Err(e);
+        }
         if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
@@ -138,14 +148,10 @@ impl DbShared {
             return Err(e);
         }
         for p in &plans {
-            *p.cf.base.lock() = crate::txn::DurableBase {
-                version: p.snapshot.version,
-                lsn: p.snapshot.lsn,
-            };
+            let trees = p.snapshot.tree_base;
+            *p.cf.base.lock() = trees;
             *p.cf.persisted_extents.lock() = p.extents.clone();
-            p.cf.alloc
-                .lock()
-                .checkpoint_done(p.snapshot.version, &p.spilled);
+            p.cf.alloc.lock().checkpoint_done(trees.version, &p.spilled);
         }
         drop(plans);
         self.release_dropped(&dropped);
@@ -153,18 +159,26 @@ impl DbShared {
         Ok(())
     }
 
-    /// Collects `S_c`'s dirty runs and builds its descriptor.
+    /// Collects the dirty runs of `S_c`'s trees and builds its descriptor.
+    /// The trees hold `S_c`'s tree base (its buffered commits stay in the
+    /// WAL, which replay refills the buffer from), so the descriptor
+    /// names that version and its LSN.
     fn prepare_cf(
         self: &Arc<Self>,
         p: &mut Plan,
     ) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
         let s = &p.snapshot;
+        let trees = s.tree_base;
         let (dirty, free, pinned) = {
             let mut a = p.cf.alloc.lock();
             // Drains releases first, so `free_at` counts them as free too.
-            let pinned = a.pinned_unwritten(s.version);
+            let pinned = a.pinned_unwritten(trees.version);
             p.extents = a.extents().to_vec();
-            (a.dirty_runs(s.version), a.free_at(s.version), pinned)
+            (
+                a.dirty_runs(trees.version),
+                a.free_at(trees.version),
+                pinned,
+            )
         };
         let store = ReadPages::new(self.space.clone(), p.cf.id);
         let mut runs = Vec::new();
@@ -178,8 +192,8 @@ impl DbShared {
             catalog_root: s.catalog.root,
             catalog_len: s.catalog.len,
             next_table: s.next_table,
-            checkpoint_lsn: s.lsn,
-            version: s.version,
+            checkpoint_lsn: trees.lsn,
+            version: trees.version,
             free: free.to_vec(),
         };
         Ok((desc, runs))
@@ -465,7 +479,7 @@ fn plan(
             },
         };
         let base_version = cf.base.lock().version;
-        if snapshot.version > base_version {
+        if snapshot.tree_base.version > base_version {
             plans.push(Plan {
                 cf: cf.clone(),
                 snapshot,
@@ -499,7 +513,7 @@ fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn, prev: Lsn) 
     let mut floor = log_end;
     for cf in cfs {
         let (base_version, base_lsn) = match plans.iter().find(|p| p.cf.id == cf.id) {
-            Some(p) => (p.snapshot.version, p.snapshot.lsn),
+            Some(p) => (p.snapshot.tree_base.version, p.snapshot.tree_base.lsn),
             None => {
                 let b = *cf.base.lock();
                 (b.version, b.lsn)

@@ -87,17 +87,32 @@ impl Drop for Unpublished<'_> {
 }
 
 impl DbShared {
-    /// Commits `st` (the transaction's state) on `cf`.
+    /// Commits `st` (the transaction's state, its writes applied to its
+    /// trees) on `cf`, with `payload` its finished WAL record (`None`: too
+    /// large to log).
     pub(crate) fn commit(
         self: &Arc<Self>,
         cf: &Arc<CfShared>,
         st: &mut WriteState,
         lock: WriterGuard,
         durability: Durability,
+        payload: Option<Vec<u8>>,
     ) -> Result<()> {
         let _open = self.health.enter_commit()?;
+        self.commit_trees(cf, st, lock, durability, payload)
+    }
+
+    /// [`DbShared::commit`] without the close gate: for the engine's own
+    /// commits (folds), which may run while the database closes.
+    fn commit_trees(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        st: &mut WriteState,
+        lock: WriterGuard,
+        durability: Durability,
+        payload: Option<Vec<u8>>,
+    ) -> Result<()> {
         let version = st.base.version.next();
-        let payload = st.log.take().map(|enc| enc.finish());
         let result = match payload {
             Some(p) if (p.len() as u64) <= self.wal().options().max_record_bytes => {
                 self.commit_logged(cf, st, lock, durability, &p, version)
@@ -105,6 +120,32 @@ impl DbShared {
             _ => self.commit_direct(cf, st, lock, version),
         };
         let end = result?;
+        self.ckpt.after_commit(end);
+        Ok(())
+    }
+
+    /// Commits `st` without touching a page: its WAL record `payload` is
+    /// appended and its write set inserted into the CF's buffer at the new
+    /// version (design.md "Write buffer"). Publication, durability waits,
+    /// early lock release and poisoning are those of a logged commit.
+    pub(crate) fn commit_buffered(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        st: &mut WriteState,
+        mut lock: WriterGuard,
+        durability: Durability,
+        payload: &[u8],
+    ) -> Result<()> {
+        let _open = self.health.enter_commit()?;
+        let version = st.base.version.next();
+        let gate = cf.commit_gate.lock();
+        let (_, end) = self.wal().append(payload)?;
+        let v = install_buffered(cf, st, &mut lock, version, end);
+        let pending = Unpublished::new(self, cf, v);
+        drop(gate);
+        drop(lock);
+        let durable = self.wait_durability(end, durability);
+        pending.publish(durable)?;
         self.ckpt.after_commit(end);
         Ok(())
     }
@@ -154,6 +195,41 @@ impl DbShared {
         let published = pending.publish(Ok(()));
         drop(lock);
         published.map(|()| lsn)
+    }
+
+    /// Folds `cf`'s buffered commits into its trees, as a commit of their
+    /// own (an empty WAL record; the state is the head's), if its writer
+    /// lock is free now: `Ok(false)` if a write transaction holds it (the
+    /// buffered commits then stay in the WAL, where replay finds them).
+    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<bool> {
+        let Ok(lock) = cf.try_lock_writer() else {
+            return Ok(false);
+        };
+        if cf.check_live().is_err() || lock.head.buffer.entries() == 0 {
+            return Ok(true);
+        }
+        self.health.check_writable()?;
+        let head = lock.head.clone();
+        let log_max = Some(self.options.wal_record_max_bytes);
+        let mut st = WriteState::new(self.space.clone(), cf, head, log_max);
+        let folded = st.fold_base().and_then(|()| st.flush_tables());
+        let result = folded.and_then(|()| {
+            let payload = st.log.take().map(|enc| enc.finish());
+            self.commit_trees(cf, &mut st, lock, Durability::None, payload)
+        });
+        if result.is_err() {
+            st.pages.rollback();
+        }
+        result.map(|()| true)
+    }
+
+    /// Folds every CF whose writer lock is free (see [`DbShared::fold_cf`]).
+    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<()> {
+        let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+        for cf in &cfs {
+            self.fold_cf(cf)?;
+        }
+        Ok(())
     }
 
     /// Commits a multi-CF transaction: one WAL record with a part per CF
@@ -289,16 +365,74 @@ impl DbShared {
         };
         st.base.batch.seal(freed, batch.clone());
         st.pages.mark_committed();
-        let v = Arc::new(CfVersion {
+        // The trees now hold every buffered commit too (the transaction
+        // folded them, or there were none).
+        debug_assert!(
+            st.folded || st.base.buffer.entries() == 0,
+            "a tree commit over unfolded buffered commits"
+        );
+        let v = Arc::new(CfVersion::of_trees(
             version,
-            catalog: st.catalog,
-            next_table: st.next_table,
+            st.catalog,
+            st.next_table,
             lsn,
             batch,
-        });
+        ));
         cf.set_head_version(version);
         slot.head = v.clone();
         cf.enqueue(v.clone());
         v
     }
+}
+
+/// Turns a transaction's write set into a buffered version: its entries go
+/// into the base's buffer at `version` (invisible to every snapshot until
+/// it is published), the count deltas move on, the base's reclaim batch is
+/// sealed with no page. Called under the writer lock and the commit gate.
+fn install_buffered(
+    cf: &CfShared,
+    st: &mut WriteState,
+    slot: &mut WriterSlot,
+    version: Version,
+    lsn: Lsn,
+) -> Arc<CfVersion> {
+    let base = st.base.clone();
+    debug_assert!(
+        Arc::ptr_eq(&slot.head, &base),
+        "transaction not based on the head"
+    );
+    debug_assert!(
+        !st.folded && !st.pages.is_dirty(),
+        "a buffered commit with pages"
+    );
+    assert!(
+        lsn >= base.lsn,
+        "design.md §11.6: a CF's LSNs must not go backwards"
+    );
+    let mut deltas = (*base.deltas).clone();
+    for id in st.writes.tables() {
+        let Some(w) = st.writes.table(id) else {
+            continue;
+        };
+        for (key, value) in w.iter() {
+            base.buffer.insert(id, key, version, value.clone());
+        }
+        *deltas.entry(id).or_default() += w.delta();
+    }
+    let batch = ReclaimBatch::new(cf.alloc.lock().released_sink());
+    base.batch.seal(Vec::new(), batch.clone());
+    let v = Arc::new(CfVersion {
+        version,
+        catalog: base.catalog,
+        next_table: base.next_table,
+        lsn,
+        batch,
+        buffer: base.buffer.clone(),
+        deltas: Arc::new(deltas),
+        tree_base: base.tree_base,
+    });
+    cf.set_head_version(version);
+    slot.head = v.clone();
+    cf.enqueue(v.clone());
+    v
 }

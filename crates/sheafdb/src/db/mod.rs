@@ -65,6 +65,9 @@ pub(crate) struct Options {
     pub dirty_hard_limit_bytes: u64,
     pub checkpoint_interval: Duration,
     pub background_checkpoints: bool,
+    /// Buffered bytes of a CF past which its next commit (or checkpoint)
+    /// folds the buffer into the trees.
+    pub buffer_fold_bytes: u64,
 }
 
 impl Default for Options {
@@ -79,6 +82,7 @@ impl Default for Options {
             dirty_hard_limit_bytes: 512 << 20,
             checkpoint_interval: Duration::from_secs(30),
             background_checkpoints: true,
+            buffer_fold_bytes: 16 << 20,
         }
     }
 }
@@ -252,6 +256,16 @@ impl Builder {
     /// Size of each preallocated WAL segment file (default 32 MiB).
     pub fn wal_segment_bytes(mut self, bytes: u64) -> Self {
         self.options.wal_segment_bytes = bytes;
+        self
+    }
+
+    /// Bytes of buffered commits per column family past which the next
+    /// commit of that CF (or the next checkpoint) folds them into the
+    /// B+trees (default 16 MiB). Commits in between change no page; a
+    /// larger value makes folds rarer and longer (the folding commit, or
+    /// the checkpoint, holds the CF's writer lock while it folds).
+    pub fn buffer_fold_bytes(mut self, bytes: u64) -> Self {
+        self.options.buffer_fold_bytes = bytes.max(1);
         self
     }
 

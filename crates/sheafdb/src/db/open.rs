@@ -327,16 +327,17 @@ pub(super) fn new_cf(
     alloc.set_base_version(desc.version);
     alloc.set_dirty_counter(shared.ckpt.dirty_pages.clone());
     let batch = ReclaimBatch::new(alloc.released_sink());
-    let version = CfVersion {
-        version: desc.version,
-        catalog: TreeRoot {
-            root: desc.catalog_root,
-            len: desc.catalog_len,
-        },
-        next_table: desc.next_table,
-        lsn: desc.checkpoint_lsn,
-        batch,
+    let catalog = TreeRoot {
+        root: desc.catalog_root,
+        len: desc.catalog_len,
     };
+    let version = CfVersion::of_trees(
+        desc.version,
+        catalog,
+        desc.next_table,
+        desc.checkpoint_lsn,
+        batch,
+    );
     CfShared::new(id, name, alloc, version)
 }
 

@@ -92,7 +92,7 @@ impl ReadTransaction {
             root: meta.root,
             len: meta.len,
         };
-        Ok(ReadOnlyTable::new(pages, root, version))
+        ReadOnlyTable::new(pages, meta.id, root, version)
     }
 
     /// Opens a table of the home CF for reading. `TableNotFound` if it does
@@ -146,7 +146,16 @@ pub(crate) fn table_len_untyped(rx: &ReadTransaction, name: &str) -> Result<(u64
     let (pages, v) = rx.version_of(rx.home, "default")?;
     let meta = lookup_table(&pages, &v.catalog, name)?
         .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
-    Ok((meta.len, meta.id))
+    let len = meta
+        .len
+        .checked_add_signed(v.delta(meta.id))
+        .ok_or_else(|| {
+            Error::corrupted(
+                format!("table {name:?}: entry count below zero"),
+                "table tree",
+            )
+        })?;
+    Ok((len, meta.id))
 }
 
 /// A write transaction on one CF. Dropping it without `commit` aborts.
@@ -273,16 +282,34 @@ impl WriteTransaction {
         let mut st = self.core.state()?;
         st.check_not_failed()?;
         self.core.check_none_open()?;
+        let payload = st.log.take().map(|enc| enc.finish());
+        let buffered = !st.needs_tree_commit()
+            && st.base.buffer.bytes() < self.shared.options.buffer_fold_bytes
+            && payload
+                .as_ref()
+                .is_some_and(|p| p.len() as u64 <= self.shared.wal().options().max_record_bytes);
+        if buffered && st.writes.is_empty() {
+            return self.commit_nothing(&st, lock);
+        }
+        if let (true, Some(p)) = (buffered, &payload) {
+            return (self.shared).commit_buffered(&self.cf, &mut st, lock, self.durability, p);
+        }
+        // The trees are written: the buffered commits first, then ours.
+        st.fold_base().map_err(|e| st.fail(e))?;
         st.apply_writes().map_err(|e| st.fail(e))?;
         st.flush_tables()?;
         if !st.catalog_changed && !st.pages.is_dirty() {
-            // Nothing to log, but the state this transaction read must be
-            // as durable as its mode promises.
-            drop(lock);
-            self.shared.check_open()?;
-            return self.shared.wait_durability(st.base.lsn, self.durability);
+            return self.commit_nothing(&st, lock);
         }
-        self.shared.commit(&self.cf, &mut st, lock, self.durability)
+        (self.shared).commit(&self.cf, &mut st, lock, self.durability, payload)
+    }
+
+    /// Commits a transaction that changed nothing: no record, but the
+    /// state it read must be as durable as its mode promises.
+    fn commit_nothing(&self, st: &WriteState, lock: WriterGuard) -> Result<()> {
+        drop(lock);
+        self.shared.check_open()?;
+        self.shared.wait_durability(st.base.lsn, self.durability)
     }
 
     /// Discards every change.
@@ -396,6 +423,7 @@ impl MultiWriteTransaction {
         }
         let flushed: Result<()> = guards.iter_mut().try_for_each(|g| {
             g.check_not_failed()?;
+            g.fold_base().map_err(|e| g.fail(e))?;
             g.apply_writes().map_err(|e| g.fail(e))?;
             g.flush_tables()
         });

@@ -16,7 +16,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use crate::btree::{self, Bytes, Cursor, TreeRoot};
-use crate::buffer::merge::{self, TreeWalk, Window, WritesLayer};
+use crate::buffer::merge::{self, BufferLayer, TreeWalk, Window, WritesLayer};
 use crate::buffer::write_set::TableWrites;
 use crate::buffer::Held;
 use crate::error::{Error, Result};
@@ -128,6 +128,15 @@ enum Source<'t> {
         cursor: Cursor,
         _version: Arc<CfVersion>,
     },
+    /// A snapshot with buffered commits: the merged view of its buffer (at
+    /// its version) over its tree.
+    Snapshot {
+        pages: ReadPages,
+        table: TableId,
+        window: Window,
+        tree: TreeWalk,
+        version: Arc<CfVersion>,
+    },
     /// A write transaction: the merged view of its pending writes over the
     /// table's tree, re-read under the state lock at each step.
     Write {
@@ -157,7 +166,13 @@ fn merged_step(
     let empty = TableWrites::default();
     let mut writes = WritesLayer(st.writes.table(table).unwrap_or(&empty));
     let mut tree = tree.with(&st.pages);
-    merge::step(&mut [&mut writes, &mut tree], window, back)
+    match st.buffer_at() {
+        Some((buf, at)) => {
+            let mut buffered = BufferLayer { buf, table, at };
+            merge::step(&mut [&mut writes, &mut buffered, &mut tree], window, back)
+        }
+        None => merge::step(&mut [&mut writes, &mut tree], window, back),
+    }
 }
 
 impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
@@ -173,6 +188,21 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                     cursor.next(pages)
                 };
                 r.map(|o| o.map(|(k, v)| (Held::Page(k), Held::Page(v))))
+            }
+            Source::Snapshot {
+                pages,
+                table,
+                window,
+                tree,
+                version,
+            } => {
+                let mut buffered = BufferLayer {
+                    buf: &version.buffer,
+                    table: *table,
+                    at: version.version,
+                };
+                let mut tree = tree.with(&*pages);
+                merge::step(&mut [&mut buffered, &mut tree], window, back)
             }
             Source::Write {
                 txn,
@@ -211,10 +241,14 @@ impl<K: Key + 'static, V: Value + 'static> DoubleEndedIterator for Range<'_, K, 
     }
 }
 
-/// A table in a snapshot.
+/// A table in a snapshot: its tree plus the buffered commits the snapshot
+/// sees.
 pub struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
     pages: ReadPages,
+    id: TableId,
     root: TreeRoot,
+    /// Entries, buffered commits included.
+    len: u64,
     version: Arc<CfVersion>,
     _kv: PhantomData<fn() -> (K, V)>,
 }
@@ -228,22 +262,52 @@ impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for ReadOnlyTable<K, 
 }
 
 impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
-    pub(crate) fn new(pages: ReadPages, root: TreeRoot, version: Arc<CfVersion>) -> Self {
-        ReadOnlyTable {
+    pub(crate) fn new(
+        pages: ReadPages,
+        id: TableId,
+        root: TreeRoot,
+        version: Arc<CfVersion>,
+    ) -> Result<Self> {
+        let len = root
+            .len
+            .checked_add_signed(version.delta(id))
+            .ok_or_else(|| {
+                Error::corrupted(format!("table {id}: entry count below zero"), "table tree")
+            })?;
+        Ok(ReadOnlyTable {
             pages,
+            id,
             root,
+            len,
             version,
             _kv: PhantomData,
-        }
+        })
     }
 
-    fn read_range(&self, cursor: Cursor) -> Range<'static, K, V> {
-        Range {
-            source: Source::Read {
+    /// True if the snapshot reads buffered commits above the tree.
+    fn buffered(&self) -> bool {
+        self.version.buffer.entries() > 0
+    }
+
+    fn read_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Range<'static, K, V> {
+        let source = if self.buffered() {
+            let window = Window::new(lo, hi);
+            Source::Snapshot {
                 pages: self.pages.clone(),
-                cursor,
+                table: self.id,
+                tree: TreeWalk::new(&self.root, &window),
+                window,
+                version: self.version.clone(),
+            }
+        } else {
+            Source::Read {
+                pages: self.pages.clone(),
+                cursor: Cursor::new(&self.root, lo, hi),
                 _version: self.version.clone(),
-            },
+            }
+        };
+        Range {
+            source,
             done: false,
             _kv: PhantomData,
         }
@@ -255,6 +319,10 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         K: 'a,
     {
         let k = encode_key::<K>(key.borrow());
+        let v = &self.version;
+        if let Some(slot) = v.buffer.get(self.id, &k, v.version) {
+            return opt_value(slot.map(Held::Shared));
+        }
         page_value(btree::get(&self.pages, &self.root, &k)?)
     }
 
@@ -266,13 +334,12 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     {
         let start = encode_bound::<K, KR>(range.start_bound());
         let end = encode_bound::<K, KR>(range.end_bound());
-        let cursor = Cursor::new(&self.root, as_ref_bound(&start), as_ref_bound(&end));
-        Ok(self.read_range(cursor))
+        Ok(self.read_range(as_ref_bound(&start), as_ref_bound(&end)))
     }
 
     /// All entries, ascending.
     pub fn iter(&self) -> Result<Range<'static, K, V>> {
-        Ok(self.read_range(Cursor::all(&self.root)))
+        Ok(self.read_range(Bound::Unbounded, Bound::Unbounded))
     }
 
     /// The entry with the smallest key.
@@ -287,12 +354,12 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
 
     /// Number of entries (O(1)).
     pub fn len(&self) -> Result<u64> {
-        Ok(self.root.len)
+        Ok(self.len)
     }
 
     /// True if the table has no entries.
     pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.root.len == 0)
+        Ok(self.len == 0)
     }
 }
 
@@ -333,18 +400,23 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
         let id = t.meta.id;
         let delta = st.writes.table(id).map_or(0, |w| w.delta());
-        let len = t.meta.len.checked_add_signed(delta).ok_or_else(|| {
-            Error::corrupted(
-                format!("table {:?}: entry count below zero", self.name),
-                "table tree",
-            )
-        })?;
+        let len = st
+            .base_len(&t.meta)?
+            .checked_add_signed(delta)
+            .ok_or_else(|| {
+                Error::corrupted(
+                    format!("table {:?}: entry count below zero", self.name),
+                    "table tree",
+                )
+            })?;
         Ok((id, t.root(), len))
     }
 
     /// What the merged view (pending writes over the tree) holds at `key`.
     fn lookup(st: &WriteState, id: TableId, root: &TreeRoot, key: &[u8]) -> Result<Option<Held>> {
-        let mut pending = std::iter::once(st.writes.table(id).and_then(|w| w.get(key)));
+        let own = st.writes.table(id).and_then(|w| w.get(key));
+        let buffered = || st.buffer_at().and_then(|(buf, at)| buf.get(id, key, at));
+        let mut pending = std::iter::once(own).chain(std::iter::once_with(buffered));
         merge::get(&mut pending, || {
             Ok(btree::get(&st.pages, root, key)?.map(Held::Page))
         })

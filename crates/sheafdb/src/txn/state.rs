@@ -139,6 +139,10 @@ pub(crate) struct WriteState {
     /// at commit, or earlier for a table whose writes grow past
     /// [`SPILL_BYTES`]).
     pub writes: WriteSet,
+    /// Set once the base's buffered commits were applied to this
+    /// transaction's trees (before any tree write): from then on the trees
+    /// hold them and reads skip the buffer.
+    pub folded: bool,
     pub catalog_changed: bool,
     /// The logical operations so far, for the WAL record; `None` once the
     /// transaction outgrew `log_max_bytes` and will commit by a direct
@@ -167,6 +171,7 @@ impl WriteState {
             base,
             tables: HashMap::new(),
             writes: WriteSet::new(),
+            folded: false,
             catalog_changed: false,
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_max_bytes: log_max_bytes.unwrap_or(0),
@@ -271,6 +276,122 @@ impl WriteState {
         Ok(())
     }
 
+    /// The buffer this transaction reads below its own writes, and the
+    /// version it reads it at (`None` once folded into the trees).
+    pub fn buffer_at(&self) -> Option<(&crate::buffer::mem::MemBuffer, crate::types::Version)> {
+        (!self.folded).then(|| (&*self.base.buffer, self.base.version))
+    }
+
+    /// Entry count of table `meta` as this transaction sees it, before its
+    /// own pending writes: the tree's count plus the buffered commits'
+    /// change (unless they were folded into the tree).
+    pub fn base_len(&self, meta: &TableMeta) -> Result<u64> {
+        let delta = if self.folded {
+            0
+        } else {
+            self.base.delta(meta.id)
+        };
+        meta.len.checked_add_signed(delta).ok_or_else(|| {
+            Error::corrupted(
+                format!("table {}: entry count below zero", meta.id),
+                "table tree",
+            )
+        })
+    }
+
+    /// Applies the base's buffered commits to the trees (each table's
+    /// newest entry per key at the base version, in key order; entries of
+    /// tables deleted since are dropped), so this transaction can write
+    /// the trees. Idempotent. On an error the caller fails the transaction.
+    pub fn fold_base(&mut self) -> Result<()> {
+        if self.folded {
+            return Ok(());
+        }
+        self.folded = true;
+        let base = self.base.clone();
+        if base.buffer.entries() == 0 {
+            return Ok(());
+        }
+        let names = self.names_by_id()?;
+        let mut current: Option<(TableId, String, TreeRoot)> = None;
+        for (id, key, slot) in base.buffer.newest_at(base.version) {
+            if current.as_ref().is_none_or(|(c, _, _)| *c != id) {
+                self.finish_fold_table(current.take(), &base)?;
+                let Some(name) = names.get(&id) else {
+                    continue; // deleted (or renamed away and deleted) since
+                };
+                self.load_table(name)?;
+                current = Some((id, name.clone(), self.tables[name].root()));
+            }
+            let Some((_, _, root)) = current.as_mut() else {
+                continue;
+            };
+            match slot {
+                Some(v) => btree::insert(&mut self.pages, root, &key, &v).map(drop)?,
+                None => btree::remove(&mut self.pages, root, &key).map(drop)?,
+            }
+        }
+        self.finish_fold_table(current, &base)
+    }
+
+    /// Stores a folded table's new root, checking its count against the
+    /// buffered deltas.
+    fn finish_fold_table(
+        &mut self,
+        done: Option<(TableId, String, TreeRoot)>,
+        base: &CfVersion,
+    ) -> Result<()> {
+        let Some((id, name, root)) = done else {
+            return Ok(());
+        };
+        let t = self.tables.get_mut(&name).expect("loaded by fold_base");
+        let expected = t.meta.len as i64 + base.delta(id);
+        t.set_root(root);
+        if root.len as i64 != expected {
+            return Err(Error::corrupted(
+                format!(
+                    "table {name:?}: {} entries after folding, expected {expected}",
+                    root.len
+                ),
+                "table tree",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every table of this transaction's catalog by id.
+    fn names_by_id(&self) -> Result<HashMap<TableId, String>> {
+        let mut names = HashMap::new();
+        for name in list_catalog(&self.pages, &self.catalog)? {
+            let id = match self.tables.get(&name) {
+                Some(t) => t.meta.id,
+                None => match lookup_table(&self.pages, &self.catalog, &name)? {
+                    Some(meta) => meta.id,
+                    None => continue,
+                },
+            };
+            names.insert(id, name);
+        }
+        Ok(names)
+    }
+
+    /// Loads table `name`'s state from the catalog if not loaded yet.
+    fn load_table(&mut self, name: &str) -> Result<()> {
+        if !self.tables.contains_key(name) {
+            let meta = lookup_table(&self.pages, &self.catalog, name)?
+                .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+            self.tables
+                .insert(name.to_string(), TableState::loaded(meta));
+        }
+        Ok(())
+    }
+
+    /// True if committing must write the trees: the buffer was folded, the
+    /// catalog changed, or pages were written.
+    pub fn needs_tree_commit(&self) -> bool {
+        self.folded || self.catalog_changed || self.pages.is_dirty()
+    }
+
     /// Applies every table's pending writes to its tree, tables by id and
     /// keys in order (so each leaf is copied once per batch).
     pub fn apply_writes(&mut self) -> Result<()> {
@@ -284,6 +405,7 @@ impl WriteState {
     /// On an error the state is inconsistent: the caller fails the
     /// transaction.
     pub fn apply_table_writes(&mut self, id: TableId) -> Result<()> {
+        self.fold_base()?;
         let Some(writes) = self.writes.take_table(id) else {
             return Ok(());
         };

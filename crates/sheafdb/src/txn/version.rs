@@ -10,18 +10,21 @@
 //! `publish`, `publish_alone`); a published version never goes back; a
 //! failed version stops every later one of its CF from being published.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use crate::btree::TreeRoot;
+use crate::buffer::mem::MemBuffer;
 use crate::error::{Error, Result};
 use crate::lock_rank::{acquire, ranks, Held, Rank, RankedMutex};
 use crate::pager::alloc::{CfAllocator, ReclaimBatch};
 use crate::types::{CfId, Lsn, TableId, Version};
 
-/// An immutable committed state of one CF.
+/// An immutable committed state of one CF: its trees (as of `tree_base`)
+/// plus the buffered commits after them (design.md "Write buffer").
 #[derive(Debug)]
 pub(crate) struct CfVersion {
     pub version: Version,
@@ -33,6 +36,16 @@ pub(crate) struct CfVersion {
     /// Pages freed by the commit after this version; released when every
     /// snapshot of this or an older version is gone.
     pub batch: Arc<ReclaimBatch>,
+    /// Commits after `tree_base`, which changed no page: read at
+    /// `version` (later entries are invisible here). Shared by every
+    /// version up to the next commit that writes the trees.
+    pub buffer: Arc<MemBuffer>,
+    /// Per table, the change in entry count the buffered commits made
+    /// (the trees' counts plus this are the tables' lengths).
+    pub deltas: Arc<BTreeMap<TableId, i64>>,
+    /// The version (and its LSN) whose state the trees hold: what a
+    /// checkpoint of this version writes, and where replay resumes.
+    pub tree_base: DurableBase,
 }
 
 /// The published version of every CF at one instant: what a database-wide
@@ -127,6 +140,31 @@ impl PublishQueue {
 }
 
 impl CfVersion {
+    /// A version whose trees hold all of it (no buffered commits).
+    pub fn of_trees(
+        version: Version,
+        catalog: TreeRoot,
+        next_table: TableId,
+        lsn: Lsn,
+        batch: Arc<ReclaimBatch>,
+    ) -> CfVersion {
+        CfVersion {
+            version,
+            catalog,
+            next_table,
+            lsn,
+            batch,
+            buffer: Arc::new(MemBuffer::new()),
+            deltas: Arc::default(),
+            tree_base: DurableBase { version, lsn },
+        }
+    }
+
+    /// Entry-count change of table `id` in the buffered commits.
+    pub fn delta(&self, id: TableId) -> i64 {
+        self.deltas.get(&id).copied().unwrap_or(0)
+    }
+
     /// True if no older version of the CF is alive (they would hold this
     /// version's reclaim batch through the chain).
     pub fn batch_is_last(&self) -> bool {
@@ -385,13 +423,14 @@ impl CfShared {
     pub fn bump_created_version(&self) {
         let mut slot = self.writer.lock();
         let v0 = slot.head.clone();
-        let v1 = Arc::new(CfVersion {
-            version: Version(1),
-            catalog: v0.catalog,
-            next_table: v0.next_table,
-            lsn: Lsn(v0.lsn.0 + 1),
-            batch: ReclaimBatch::new(self.alloc.lock().released_sink()),
-        });
+        debug_assert_eq!(v0.buffer.entries(), 0, "a new CF has buffered commits");
+        let v1 = Arc::new(CfVersion::of_trees(
+            Version(1),
+            v0.catalog,
+            v0.next_table,
+            Lsn(v0.lsn.0 + 1),
+            ReclaimBatch::new(self.alloc.lock().released_sink()),
+        ));
         v0.batch.seal(Vec::new(), v1.batch.clone());
         self.set_head_version(v1.version);
         slot.head = v1.clone();

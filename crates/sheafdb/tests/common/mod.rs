@@ -35,7 +35,11 @@ pub fn def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 
 /// Reads every table of the default CF into a model.
 pub fn dump(db: &Database) -> Result<Model> {
-    let rx = db.begin_read()?;
+    dump_snapshot(&db.begin_read()?)
+}
+
+/// Reads every table of a snapshot's home CF into a model.
+pub fn dump_snapshot(rx: &sheafdb::ReadTransaction) -> Result<Model> {
     let mut model = Model::new();
     for name in rx.list_tables()? {
         let t = rx.open_table(def(&name))?;
