@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 
+use super::filter::{hash, KeyFilter};
 use super::{Held, Slot};
 use crate::types::{TableId, Version};
 
@@ -154,6 +155,9 @@ pub struct MemBuffer {
     /// Oldest version inserted (`u64::MAX`: none yet).
     oldest: AtomicU64,
     frozen: AtomicBool,
+    /// Which `(table, key)` pairs may be here: lets a point read of a key
+    /// the buffer lacks skip the skip list.
+    filter: KeyFilter,
 }
 
 impl std::fmt::Debug for MemBuffer {
@@ -200,6 +204,7 @@ impl MemBuffer {
             key: Arc::from(key),
             rev: u64::MAX - version.0,
         };
+        self.filter.add(hash(table, key));
         let e = self.map.get_or_insert(k, slot);
         debug_assert_eq!(e.key().version(), version);
         self.newest.store(version.0, Ordering::Release);
@@ -218,7 +223,8 @@ impl MemBuffer {
         self.frozen.load(Ordering::Acquire)
     }
 
-    /// Bytes the buffer charges (keys, values and per-entry overhead).
+    /// Bytes the buffer charges (keys, values and per-entry overhead,
+    /// and its key filter).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
@@ -239,6 +245,9 @@ impl MemBuffer {
     /// has a version `≤ at` of the key (the newest such), `None` if the
     /// key is unknown here at `at`.
     pub fn get(&self, table: TableId, key: &[u8], at: Version) -> Option<Slot> {
+        if self.entries() == 0 || !self.filter.may_contain(hash(table, key)) {
+            return None;
+        }
         let p = probe(table, Pos::Key(key), u64::MAX - at.0);
         let e = self.map.lower_bound(Bound::Included(&p as &dyn KeyView))?;
         let k = e.key();

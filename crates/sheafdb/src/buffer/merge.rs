@@ -125,6 +125,67 @@ impl Layer for BufferLayer<'_> {
     }
 }
 
+/// A buffer's walk at a snapshot version, kept between steps. What a
+/// buffer shows at a version never changes (later entries are invisible
+/// there), so the entry each end found stays the answer until the window
+/// moves past it: one skip-list seek per entry handed out, not per step.
+#[derive(Debug, Default)]
+pub struct BufferWalk {
+    /// Per end: `None` to seek, `Some(None)` nothing left on that side.
+    front: Option<Option<Candidate>>,
+    back: Option<Option<Candidate>>,
+}
+
+impl BufferWalk {
+    /// This walk as a layer over `buf`'s `table` at version `at`.
+    pub fn with<'a>(
+        &'a mut self,
+        buf: &'a MemBuffer,
+        table: TableId,
+        at: Version,
+    ) -> BufferWalkLayer<'a> {
+        BufferWalkLayer {
+            walk: self,
+            layer: BufferLayer { buf, table, at },
+        }
+    }
+}
+
+/// A [`BufferWalk`] with its buffer, for one step.
+pub struct BufferWalkLayer<'a> {
+    walk: &'a mut BufferWalk,
+    layer: BufferLayer<'a>,
+}
+
+impl Layer for BufferWalkLayer<'_> {
+    fn peek(&mut self, w: &Window, back: bool) -> Result<Option<Candidate>> {
+        let cached = if back {
+            &mut self.walk.back
+        } else {
+            &mut self.walk.front
+        };
+        if let Some(Some((k, v))) = cached.as_ref() {
+            if w.contains(k) {
+                return Ok(Some((k.clone(), v.clone())));
+            }
+            let beyond = if back {
+                !above_lo(k, w)
+            } else {
+                !below_hi(k, w)
+            };
+            if beyond {
+                // The other end has passed it: nothing left on this side.
+                return Ok(None);
+            }
+            *cached = None; // handed out from this end: seek the next
+        }
+        if cached.is_none() {
+            *cached = Some(self.layer.peek(w, back)?);
+        }
+        Ok(cached.clone().flatten())
+    }
+}
+
 /// A write transaction's own writes to one table.
 pub struct WritesLayer<'a>(pub &'a TableWrites);
 

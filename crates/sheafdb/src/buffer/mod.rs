@@ -7,6 +7,8 @@
 //! - [`mem::MemBuffer`]: one buffer, an ordered concurrent map
 //!   `(table, key, version)` → put or tombstone, written by one committer at
 //!   a time and read by any number of snapshots without a lock;
+//! - [`filter::KeyFilter`]: a growing Bloom filter per buffer, so a point
+//!   read of a key the buffer lacks skips the skip list;
 //! - [`write_set::WriteSet`]: a write transaction's private ordered writes
 //!   and per-table entry-count deltas;
 //! - [`merge`]: the double-ended merged view over a write set, buffers
@@ -35,6 +37,7 @@
     )
 )]
 
+pub mod filter;
 pub mod mem;
 pub mod merge;
 pub mod write_set;

@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::mem::MemBuffer;
-use super::merge::{self, BufferLayer, Layer, TreeWalk, Window, WritesLayer};
+use super::merge::{self, BufferLayer, BufferWalk, Layer, TreeWalk, Window, WritesLayer};
 use super::write_set::WriteSet;
 use super::{Held, Slot};
 use crate::btree::mem_store::MemStore;
@@ -263,6 +263,8 @@ fn walk(
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut w = Window::new(lo, hi);
     let mut tree = TreeWalk::new(&stack.root, &w);
+    // The newer buffer through a kept walk, the older one sought afresh.
+    let mut newer = BufferWalk::default();
     let (mut front, mut back) = (Vec::new(), Vec::new());
     let (mut front_done, mut back_done) = (false, false);
     while !(front_done && back_done) {
@@ -276,11 +278,7 @@ fn walk(
         let empty = super::write_set::TableWrites::default();
         let writes = stack.writes.table(T1).unwrap_or(&empty);
         let mut l0 = WritesLayer(writes);
-        let mut l1 = BufferLayer {
-            buf: &stack.newer,
-            table: T1,
-            at,
-        };
+        let mut l1 = newer.with(&stack.newer, T1, at);
         let mut l2 = BufferLayer {
             buf: &stack.older,
             table: T1,

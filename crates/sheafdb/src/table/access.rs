@@ -16,7 +16,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use crate::btree::{self, Bytes, Cursor, TreeRoot};
-use crate::buffer::merge::{self, BufferLayer, TreeWalk, Window, WritesLayer};
+use crate::buffer::merge::{self, BufferWalk, TreeWalk, Window, WritesLayer};
 use crate::buffer::write_set::TableWrites;
 use crate::buffer::Held;
 use crate::error::{Error, Result};
@@ -135,6 +135,7 @@ enum Source<'t> {
         table: TableId,
         window: Window,
         tree: TreeWalk,
+        buffered: BufferWalk,
         version: Arc<CfVersion>,
     },
     /// A write transaction: the merged view of its pending writes over the
@@ -144,6 +145,7 @@ enum Source<'t> {
         table: TableId,
         window: Window,
         tree: TreeWalk,
+        buffered: BufferWalk,
     },
 }
 
@@ -160,7 +162,7 @@ fn merged_step(
     st: &WriteState,
     table: TableId,
     window: &mut Window,
-    tree: &mut TreeWalk,
+    (tree, buffered): (&mut TreeWalk, &mut BufferWalk),
     back: bool,
 ) -> Result<Option<(Held, Held)>> {
     let empty = TableWrites::default();
@@ -168,7 +170,7 @@ fn merged_step(
     let mut tree = tree.with(&st.pages);
     match st.buffer_at() {
         Some((buf, at)) => {
-            let mut buffered = BufferLayer { buf, table, at };
+            let mut buffered = buffered.with(buf, table, at);
             merge::step(&mut [&mut writes, &mut buffered, &mut tree], window, back)
         }
         None => merge::step(&mut [&mut writes, &mut tree], window, back),
@@ -194,13 +196,10 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 table,
                 window,
                 tree,
+                buffered,
                 version,
             } => {
-                let mut buffered = BufferLayer {
-                    buf: &version.buffer,
-                    table: *table,
-                    at: version.version,
-                };
+                let mut buffered = buffered.with(&version.buffer, *table, version.version);
                 let mut tree = tree.with(&*pages);
                 merge::step(&mut [&mut buffered, &mut tree], window, back)
             }
@@ -209,8 +208,9 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 table,
                 window,
                 tree,
+                buffered,
             } => match txn.state() {
-                Ok(st) => merged_step(&st, *table, window, tree, back),
+                Ok(st) => merged_step(&st, *table, window, (tree, buffered), back),
                 Err(e) => Err(e),
             },
         };
@@ -296,6 +296,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
                 pages: self.pages.clone(),
                 table: self.id,
                 tree: TreeWalk::new(&self.root, &window),
+                buffered: BufferWalk::default(),
                 window,
                 version: self.version.clone(),
             }
@@ -564,6 +565,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
                 table,
                 window,
                 tree,
+                buffered: BufferWalk::default(),
             },
             done: false,
             _kv: PhantomData,
@@ -603,7 +605,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let (id, root, _) = self.info(&st)?;
         let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
         let mut tree = TreeWalk::new(&root, &window);
-        let Some((k, v)) = merged_step(&st, id, &mut window, &mut tree, back)? else {
+        let walks = (&mut tree, &mut BufferWalk::default());
+        let Some((k, v)) = merged_step(&st, id, &mut window, walks, back)? else {
             return Ok(None);
         };
         let popped = entry(k.clone(), v.clone())?;
@@ -645,8 +648,11 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             let _scope = self.txn.callback_scope();
             let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
             let mut tree = TreeWalk::new(&root, &window);
+            let mut buffered = BufferWalk::default();
             let mut chosen = Vec::new();
-            while let Some((k, v)) = merged_step(&st, id, &mut window, &mut tree, false)? {
+            while let Some((k, v)) =
+                merged_step(&st, id, &mut window, (&mut tree, &mut buffered), false)?
+            {
                 if f(K::decode_key(&k)?, V::decode_value(&v)?) {
                     chosen.push((k, v));
                 }

@@ -1,0 +1,188 @@
+//! A growing Bloom filter over a buffer's `(table, key)` pairs, so a point
+//! read of a key the buffer does not hold (most reads) costs one or two
+//! cache lines instead of a skip-list search.
+//!
+//! Owns: the bit array and its growth. One thread adds (the buffer's
+//! committer); any number query without a lock. When the filter passes
+//! its capacity the adder builds one twice the size from every key so far
+//! and swaps it in (`ArcSwap`), so the cost of growth is amortised O(1).
+//!
+//! Why queries never miss a visible key: a reader's snapshot version is
+//! published after the entries it covers were added (and after any swap
+//! that preceded them), and the reader loads the filter after taking its
+//! snapshot; so the filter it loads holds every key it can see.
+//!
+//! Must not know: versions, values, the skip list.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::types::TableId;
+
+/// Bits per key the filter is sized for (about 1 % false positives with
+/// three probes).
+const BITS_PER_KEY: u64 = 10;
+/// Keys the first filter is sized for.
+const FIRST_CAPACITY: u64 = 1024;
+
+/// The 64-bit finaliser of MurmurHash3: every input bit affects every
+/// output bit.
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// A 64-bit hash of a table id and key: each 8-byte word is mixed into
+/// the state, then the length. (Not for keys an attacker picks to
+/// collide; that would only cost speed.)
+pub fn hash(table: TableId, key: &[u8]) -> u64 {
+    let mut h = mix(table.0 ^ 0x5851_f42d_4c95_7f2d);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = mix(h ^ u64::from_le_bytes(w));
+    }
+    let rest = chunks.remainder();
+    let mut w = [0u8; 8];
+    w[..rest.len()].copy_from_slice(rest);
+    h = mix(h ^ u64::from_le_bytes(w));
+    mix(h ^ key.len() as u64)
+}
+
+#[derive(Debug)]
+struct Bits {
+    words: Vec<AtomicU64>,
+    capacity: u64,
+}
+
+impl Bits {
+    fn new(capacity: u64) -> Bits {
+        let nbits = (capacity * BITS_PER_KEY).next_power_of_two().max(64);
+        Bits {
+            words: (0..nbits / 64).map(|_| AtomicU64::new(0)).collect(),
+            capacity,
+        }
+    }
+
+    /// The three bit positions of `h`.
+    fn probes(&self, h: u64) -> [u64; 3] {
+        let mask = self.words.len() as u64 * 64 - 1;
+        let (a, b) = (h, h.rotate_left(21) | 1);
+        [
+            a & mask,
+            a.wrapping_add(b) & mask,
+            a.wrapping_add(b.wrapping_mul(2)) & mask,
+        ]
+    }
+
+    fn add(&self, h: u64) {
+        for p in self.probes(h) {
+            self.words[(p / 64) as usize].fetch_or(1 << (p % 64), Ordering::Release);
+        }
+    }
+
+    fn may_contain(&self, h: u64) -> bool {
+        self.probes(h)
+            .iter()
+            .all(|&p| self.words[(p / 64) as usize].load(Ordering::Acquire) & (1 << (p % 64)) != 0)
+    }
+}
+
+/// The filter of one buffer.
+#[derive(Debug)]
+pub struct KeyFilter {
+    bits: ArcSwap<Bits>,
+    /// Hashes added so far, to rebuild a larger filter (only the adder
+    /// touches it).
+    hashes: parking_lot::Mutex<Vec<u64>>,
+}
+
+impl Default for KeyFilter {
+    fn default() -> Self {
+        KeyFilter {
+            bits: ArcSwap::from_pointee(Bits::new(FIRST_CAPACITY)),
+            hashes: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl KeyFilter {
+    /// Adds a key's hash (one adder at a time).
+    pub fn add(&self, h: u64) {
+        let mut hashes = self.hashes.lock();
+        hashes.push(h);
+        let bits = self.bits.load();
+        if hashes.len() as u64 > bits.capacity {
+            let bigger = Bits::new(bits.capacity * 2);
+            for &x in hashes.iter() {
+                bigger.add(x);
+            }
+            self.bits.store(Arc::new(bigger));
+        } else {
+            bits.add(h);
+        }
+    }
+
+    /// False only if no key with this hash was added.
+    pub fn may_contain(&self, h: u64) -> bool {
+        self.bits.load().may_contain(h)
+    }
+
+    /// Bytes the filter holds (bits and the hashes kept for growth).
+    pub fn bytes(&self) -> u64 {
+        let bits = self.bits.load().words.len() as u64 * 8;
+        bits + self.hashes.lock().capacity() as u64 * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_keys_are_always_found_and_most_others_are_not() {
+        let f = KeyFilter::default();
+        for i in 0..50_000u64 {
+            f.add(hash(TableId(3), &i.to_be_bytes()));
+            // Everything added so far, across growth, is still found.
+            if i % 997 == 0 {
+                for j in 0..=i {
+                    assert!(
+                        f.may_contain(hash(TableId(3), &j.to_be_bytes())),
+                        "lost {j}"
+                    );
+                }
+            }
+        }
+        let false_positives = (50_000..150_000u64)
+            .filter(|i| f.may_contain(hash(TableId(3), &i.to_be_bytes())))
+            .count();
+        assert!(
+            false_positives < 3_000,
+            "{false_positives} false positives in 100,000"
+        );
+        // Another table with the same key is another key.
+        let other = (0..10_000u64)
+            .filter(|i| f.may_contain(hash(TableId(4), &i.to_be_bytes())))
+            .count();
+        assert!(other < 300, "{other}");
+        assert!(f.bytes() > 0);
+    }
+
+    #[test]
+    fn hashes_spread_short_and_long_keys() {
+        let mut seen = std::collections::HashSet::new();
+        for len in 0..40usize {
+            for b in 0..=255u8 {
+                seen.insert(hash(TableId(1), &vec![b; len]));
+            }
+        }
+        assert_eq!(seen.len(), 39 * 256 + 1, "the empty key is one key");
+    }
+}
