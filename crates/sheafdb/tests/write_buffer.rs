@@ -372,3 +372,79 @@ fn readers_writers_and_folds_keep_every_invariant() -> Result<()> {
     db.check_integrity()?;
     Ok(())
 }
+
+/// A multi-CF transaction that only puts and removes is buffered in every
+/// CF (one WAL record, no page), visible in all its CFs at once, and
+/// survives power loss whole.
+#[test]
+fn multi_cf_commits_are_buffered_and_atomic() {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), "m.sheaf")
+        .unwrap();
+    let (a, b) = (db.create_cf("a").unwrap(), db.create_cf("b").unwrap());
+    for cf in [&a, &b] {
+        let tx = cf.begin_write().unwrap();
+        tx.open_table(T).unwrap().insert(0, 1000).unwrap();
+        tx.commit().unwrap();
+    }
+    db.checkpoint().unwrap();
+    for i in 1..=50u64 {
+        let tx = db.begin_write_cfs(&[&a, &b]).unwrap();
+        {
+            let mut ta = tx.open_table(&a, T).unwrap();
+            let v = ta.get(0).unwrap().unwrap().value();
+            ta.insert(0, v - 1).unwrap();
+            ta.insert(i, i).unwrap();
+        }
+        {
+            let mut tb = tx.open_table(&b, T).unwrap();
+            let v = tb.get(0).unwrap().unwrap().value();
+            tb.insert(0, v + 1).unwrap();
+        }
+        tx.commit().unwrap();
+        let rx = db.begin_read().unwrap();
+        let va = rx
+            .open_table_in(&a, T)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .unwrap()
+            .value();
+        let vb = rx
+            .open_table_in(&b, T)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(va + vb, 2000, "a multi-CF commit was seen in one CF only");
+    }
+    for cf in [&a, &b] {
+        let s = cf.stats().unwrap();
+        assert_eq!(s.dirty_bytes, 0, "a buffered multi-CF commit wrote pages");
+        assert!(s.buffered_bytes > 0);
+    }
+    let crashed = vfs.crash_with(3, CrashPolicy::DropAll);
+    drop((a, b, db));
+    let db = builder()
+        .open_with_vfs(Arc::new(crashed), "m.sheaf")
+        .unwrap();
+    let (a, b) = (db.cf("a").unwrap(), db.cf("b").unwrap());
+    let rx = db.begin_read().unwrap();
+    let ta = rx.open_table_in(&a, T).unwrap();
+    assert_eq!(ta.get(0).unwrap().unwrap().value(), 950);
+    assert_eq!(ta.len().unwrap(), 51);
+    assert_eq!(
+        rx.open_table_in(&b, T)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .unwrap()
+            .value(),
+        1050
+    );
+    drop((ta, rx));
+    db.check_integrity().unwrap();
+}

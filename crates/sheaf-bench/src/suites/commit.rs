@@ -4,7 +4,8 @@
 //! Per engine: insert 100,000 rows in one transaction (rows/s); database
 //! size after that load; 100,000 point reads over those rows, each timed
 //! (p50/p95/p99); 1,000 single-row durable update commits, each timed
-//! (p50/p95/p99).
+//! (p50/p95/p99); 10,000 single-row no-sync update commits, each timed
+//! (p50/p95/p99: the commit path's own cost, no fdatasync).
 
 use crate::engines::{Engine, OpenOptions, Result, SyncMode, MAIN_TABLE};
 use crate::report::{Better, Report};
@@ -21,6 +22,7 @@ struct Sizes {
     rows: usize,
     reads: usize,
     commits: usize,
+    nosync_commits: usize,
 }
 
 /// Runs the suite over every engine of `ctx`.
@@ -29,6 +31,7 @@ pub fn run(ctx: &Ctx, rep: &mut Report) -> Result<()> {
         rows: ctx.n(100_000, 1_000),
         reads: ctx.n(100_000, 1_000),
         commits: ctx.n(1_000, 20),
+        nosync_commits: ctx.n(10_000, 100),
     };
     let data = Dataset::random(s.rows, KEY_BYTES, VALUE_BYTES, ctx.seed);
     rep.note(format!(
@@ -51,7 +54,15 @@ fn run_engine(
 ) -> Result<()> {
     load(engine, data, rep)?;
     reads(engine, data, s.reads, ctx.seed, rep)?;
-    updates(engine, data, s.commits, ctx.seed, rep)
+    updates(engine, data, s.commits, SyncMode::Durable, ctx.seed, rep)?;
+    updates(
+        engine,
+        data,
+        s.nosync_commits,
+        SyncMode::NoSync,
+        ctx.seed,
+        rep,
+    )
 }
 
 fn load(engine: &dyn Engine, data: &Dataset, rep: &mut Report) -> Result<()> {
@@ -103,25 +114,28 @@ fn updates(
     engine: &dyn Engine,
     data: &Dataset,
     n: usize,
+    mode: SyncMode,
     seed: u64,
     rep: &mut Report,
 ) -> Result<()> {
     let kind = engine.kind();
+    let label = mode.label();
     progress(
         SUITE,
         kind,
-        &format!("{n} durable single-row update commits"),
+        &format!("{n} {label} single-row update commits"),
     );
     let mut lat = Latencies::with_capacity(n);
-    for (version, i) in uniform_indices(n, data.len(), seed ^ 12)
+    let salt = if mode == SyncMode::Durable { 12 } else { 13 };
+    for (version, i) in uniform_indices(n, data.len(), seed ^ salt)
         .into_iter()
         .enumerate()
     {
         let pair = [(data.key(i), data.value(i, version + 1))];
-        let ((), d) = time(|| engine.insert_txn(MAIN_TABLE, &pair, SyncMode::Durable))?;
+        let ((), d) = time(|| engine.insert_txn(MAIN_TABLE, &pair, mode))?;
         lat.push(d);
     }
-    let w = format!("durable single-row update commit ({n} commits)");
+    let w = format!("{label} single-row update commit ({n} commits)");
     add_percentiles(rep, &w, kind, &mut lat);
     Ok(())
 }

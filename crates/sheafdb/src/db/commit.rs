@@ -234,7 +234,9 @@ impl DbShared {
 
     /// Commits a multi-CF transaction: one WAL record with a part per CF
     /// (or one checkpoint of all of them if too large), then publication in
-    /// every CF and the database-wide snapshot at once. The writer locks
+    /// every CF and the database-wide snapshot at once. Buffered in every
+    /// CF when each part could be (see [`DbShared::commit_buffered`]);
+    /// otherwise every part folds its CF's buffer and writes its trees. The writer locks
     /// are held until then, so no later commit of these CFs can interleave.
     pub(crate) fn commit_multi(
         self: &Arc<Self>,
@@ -251,6 +253,21 @@ impl DbShared {
         let logged = merged
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
+        // Buffered in every CF, or the trees are written in every CF.
+        let fold_bytes = self.options.buffer_fold_bytes;
+        let buffered = logged
+            && states
+                .iter()
+                .all(|st| !st.needs_tree_commit() && st.base.buffer.bytes() < fold_bytes);
+        if !buffered {
+            for st in states.iter_mut() {
+                let written = st
+                    .fold_base()
+                    .and_then(|()| st.apply_writes())
+                    .and_then(|()| st.flush_tables());
+                written.map_err(|e| st.fail(e))?;
+            }
+        }
         if !logged {
             self.wal().sync().inspect_err(|e| self.poison(e))?;
         }
@@ -267,7 +284,11 @@ impl DbShared {
         let mut pending = Vec::with_capacity(states.len());
         for ((cf, lock), st) in locked.iter_mut().zip(states.iter_mut()) {
             let version = st.base.version.next();
-            let v = self.install_version(cf, st, lock, version, end);
+            let v = if buffered {
+                install_buffered(cf, st, lock, version, end)
+            } else {
+                self.install_version(cf, st, lock, version, end)
+            };
             pending.push(Unpublished::new(self, cf, v.clone()));
             versions.push((cf.clone(), v));
         }

@@ -421,13 +421,8 @@ impl MultiWriteTransaction {
         for t in &self.txns {
             guards.push(t.core.state()?);
         }
-        let flushed: Result<()> = guards.iter_mut().try_for_each(|g| {
-            g.check_not_failed()?;
-            g.fold_base().map_err(|e| g.fail(e))?;
-            g.apply_writes().map_err(|e| g.fail(e))?;
-            g.flush_tables()
-        });
-        if let Err(e) = flushed {
+        let usable: Result<()> = guards.iter().try_for_each(|g| g.check_not_failed());
+        if let Err(e) = usable {
             for g in guards.iter_mut() {
                 g.pages.rollback();
             }
