@@ -410,7 +410,7 @@ impl DbShared {
 /// into the base's buffer at `version` (invisible to every snapshot until
 /// it is published), the count deltas move on, the base's reclaim batch is
 /// sealed with no page. Called under the writer lock and the commit gate.
-fn install_buffered(
+pub(super) fn install_buffered(
     cf: &CfShared,
     st: &mut WriteState,
     slot: &mut WriterSlot,

@@ -3,8 +3,12 @@
 //! Records are applied in LSN order. A CF's part of a record is applied
 //! only if the record starts at or after the CF's checkpoint LSN (older
 //! ones are already in its durable base). All replayed changes of a CF
-//! become one new version whose pages stay dirty in memory until the next
-//! checkpoint, exactly like ordinary commits.
+//! become one new version. Puts and removals go into a write set and
+//! that version is a buffered one (no page written at open; the next
+//! checkpoint folds it), unless a catalog operation came first or the
+//! write set passed the fold threshold: then the replay writes the trees
+//! and the version's pages stay dirty until the next checkpoint, exactly
+//! like ordinary tree commits.
 //!
 //! Operations name tables by `TableId`; the replayer keeps an id → name map
 //! per CF built from the catalog and updated by create/drop/rename records.
@@ -30,6 +34,8 @@ struct CfReplay {
     last_lsn: Lsn,
     /// The CF's checkpoint LSN (fixed during replay).
     checkpoint_lsn: Lsn,
+    /// Write-set bytes past which replay writes the trees instead.
+    fold_bytes: u64,
 }
 
 /// Applies WAL records to the CFs of a database being opened.
@@ -109,16 +115,24 @@ impl Replayer {
     /// Turns every CF's replayed changes into a published version.
     pub(super) fn finish(self) -> Result<()> {
         for (_, mut r) in self.cfs {
-            r.state.flush_tables()?;
-            if !r.state.catalog_changed && !r.state.pages.is_dirty() {
+            let buffered = !r.state.needs_tree_commit();
+            if buffered && r.state.writes.is_empty() {
                 continue;
+            }
+            if !buffered {
+                r.state.flush_tables()?;
             }
             let mut slot = r.cf.writer.lock();
             let version = slot.head.version.next();
             // Replay of this CF resumes after the last applied record.
             let lsn = Lsn(r.last_lsn.0 + 1);
-            self.shared
-                .install_version(&r.cf, &mut r.state, &mut slot, version, lsn);
+            if buffered {
+                // Only puts and removals: they become one buffered version,
+                // and open writes no page (design.md "Write buffer").
+                super::commit::install_buffered(&r.cf, &mut r.state, &mut slot, version, lsn);
+            } else {
+                (self.shared).install_version(&r.cf, &mut r.state, &mut slot, version, lsn);
+            }
             drop(slot);
             let shared = &self.shared;
             r.cf.publish(version, Ok(()), &|v| shared.note_published(r.cf.id, v))?;
@@ -146,6 +160,7 @@ impl CfReplay {
             names,
             last_lsn: Lsn(0),
             checkpoint_lsn,
+            fold_bytes: shared.options.buffer_fold_bytes,
         })
     }
 
@@ -180,15 +195,47 @@ impl CfReplay {
         r
     }
 
+    /// Records a put (`Some`) or removal of `key` in the replay's write
+    /// set, to become buffered commits (no tree work), or applies it to the
+    /// tree once the replay writes trees (after a catalog operation, or
+    /// once the write set passes the fold threshold).
+    fn write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        if self.state.folded {
+            return self.with_tree(id, |p, r| match value {
+                Some(v) => btree::insert(p, r, key, v).map(drop),
+                None => btree::remove(p, r, key).map(drop),
+            });
+        }
+        let root = self.table(id)?.root();
+        let st = &mut self.state;
+        let existed = match st.writes.table(id).and_then(|w| w.get(key)) {
+            Some(slot) => slot.is_some(),
+            None => btree::get(&st.pages, &root, key)?.is_some(),
+        };
+        if value.is_none() && !existed {
+            return Ok(());
+        }
+        st.writes.record(id, key, value.map(Arc::from), existed);
+        if st.writes.bytes() > self.fold_bytes {
+            self.write_trees()?;
+        }
+        Ok(())
+    }
+
+    /// From here on the replay writes the trees: the pending writes first.
+    fn write_trees(&mut self) -> Result<()> {
+        self.state.fold_base()?;
+        self.state.apply_writes()
+    }
+
     fn apply(&mut self, op: &Op<'_>) -> Result<()> {
         match *op {
-            Op::Put { table, key, value } => {
-                self.with_tree(table, |p, r| btree::insert(p, r, key, value).map(drop))
+            Op::Put { table, key, value } => self.write(table, key, Some(value)),
+            Op::Delete { table, key } => self.write(table, key, None),
+            Op::ClearTable { table } => {
+                self.write_trees()?;
+                self.with_tree(table, btree::clear)
             }
-            Op::Delete { table, key } => {
-                self.with_tree(table, |p, r| btree::remove(p, r, key).map(drop))
-            }
-            Op::ClearTable { table } => self.with_tree(table, btree::clear),
             Op::CreateTable {
                 table,
                 name,
@@ -210,6 +257,7 @@ impl CfReplay {
         key_type: &str,
         value_type: &str,
     ) -> Result<()> {
+        self.write_trees()?;
         let meta = TableMeta {
             id,
             root: None,
@@ -223,6 +271,7 @@ impl CfReplay {
     }
 
     fn drop_table(&mut self, id: TableId) -> Result<()> {
+        self.write_trees()?;
         let meta = self.table(id)?.meta.clone();
         let name = self
             .names
@@ -232,6 +281,7 @@ impl CfReplay {
     }
 
     fn rename_table(&mut self, id: TableId, new_name: &str) -> Result<()> {
+        self.write_trees()?;
         let meta = self.table(id)?.meta.clone();
         let old = self
             .names
