@@ -330,6 +330,23 @@ impl MemBuffer {
         best.map(|e| (Held::Shared(e.key().key.clone()), e.value().clone()))
     }
 
+    /// Every entry newer than `after`, in version order (keys in order
+    /// within a version): what stays buffered when a fold covers the
+    /// versions up to `after`.
+    pub fn entries_after(&self, after: Version) -> Vec<(TableId, Arc<[u8]>, Version, Slot)> {
+        let mut out: Vec<_> = self
+            .map
+            .iter()
+            .filter(|e| e.key().version() > after)
+            .map(|e| {
+                let k = e.key();
+                (k.table, k.key.clone(), k.version(), e.value().clone())
+            })
+            .collect();
+        out.sort_by_key(|(_, _, v, _)| *v);
+        out
+    }
+
     /// Every key of every table with its newest slot at version `≤ at`, in
     /// `(table, key)` order: what a fold applies to the trees.
     pub fn newest_at(&self, at: Version) -> impl Iterator<Item = (TableId, Arc<[u8]>, Slot)> + '_ {

@@ -136,6 +136,7 @@ impl DbShared {
             self.poison(&e);
             return Err(e);
         }
+        debug_assert!(self.wal().synced_lsn() >= log_end, "O8: WAL not durable");
         if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
             return Ok(());
         }
@@ -169,6 +170,11 @@ impl DbShared {
     ) -> Result<(CfDescriptor, Vec<(PageId, PageRef)>)> {
         let s = &p.snapshot;
         let trees = s.tree_base;
+        assert!(
+            trees.lsn <= s.lsn,
+            "cf {}: the trees' replay point is past the snapshot",
+            p.cf.id
+        );
         let (dirty, free, pinned) = {
             let mut a = p.cf.alloc.lock();
             // Drains releases first, so `free_at` counts them as free too.
@@ -519,7 +525,11 @@ fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn, prev: Lsn) 
                 (b.version, b.lsn)
             }
         };
-        if cf.head_version_settled() != base_version {
+        // A CF pins the log from its tree base while anything it holds is
+        // not in its trees: later commits, or (after a fold made aside)
+        // buffered commits carried over at the head itself.
+        let buffered = cf.current.load().buffer.entries() > 0;
+        if cf.head_version_settled() != base_version || buffered {
             floor = floor.min(base_lsn.max(prev));
         }
     }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
-use crate::txn::{CfShared, CfVersion, Durability, WriteState, WriterGuard, WriterSlot};
+use crate::txn::{CfShared, CfVersion, Durability, FoldCarry, WriteState, WriterGuard, WriterSlot};
 use crate::types::{CfId, Lsn, PageId, Version};
 
 /// A version queued for publication whose committer has not resolved it
@@ -141,12 +141,18 @@ impl DbShared {
         let gate = cf.commit_gate.lock();
         let (_, end) = self.wal().append(payload)?;
         let v = install_buffered(cf, st, &mut lock, version, end);
+        let buffered_bytes = v.buffer.bytes();
         let pending = Unpublished::new(self, cf, v);
         drop(gate);
         drop(lock);
         let durable = self.wait_durability(end, durability);
         pending.publish(durable)?;
         self.ckpt.after_commit(end);
+        if buffered_bytes >= self.options.buffer_fold_bytes / 2 {
+            // Fold aside in the background before the writer reaches the
+            // threshold, where it folds the buffer itself.
+            self.ckpt.request();
+        }
         Ok(())
     }
 
@@ -197,26 +203,53 @@ impl DbShared {
         published.map(|()| lsn)
     }
 
-    /// Folds `cf`'s buffered commits into its trees, as a commit of their
-    /// own (an empty WAL record; the state is the head's), if its writer
-    /// lock is free now: `Ok(false)` if a write transaction holds it (the
-    /// buffered commits then stay in the WAL, where replay finds them).
+    /// Folds `cf`'s published buffered commits into its trees *aside*:
+    /// the trees are built from the published version without any lock
+    /// writers need, while they keep committing into the buffer; then,
+    /// holding the writer lock briefly (waiting at most 50 ms for a
+    /// transaction), a fold version is committed (an empty WAL record)
+    /// whose trees hold the folded versions and whose new buffer holds the
+    /// commits made meanwhile. `Ok(false)` if the writer stayed busy or a
+    /// tree commit came in between (the work is discarded; the buffered
+    /// commits stay in the WAL, and a later checkpoint folds them).
     pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<bool> {
-        let Ok(lock) = cf.try_lock_writer() else {
-            return Ok(false);
-        };
-        if cf.check_live().is_err() || lock.head.buffer.entries() == 0 {
+        let folded = cf.current.load_full();
+        if cf.check_live().is_err() || folded.buffer.entries() == 0 {
             return Ok(true);
         }
+        if folded.buffer.bytes() >= self.options.buffer_fold_bytes {
+            // Its next commit folds it (a fold aside would be discarded).
+            return Ok(false);
+        }
+        let Some(_mark) = cf.begin_fold() else {
+            return Ok(false); // another thread is folding this CF
+        };
         self.health.check_writable()?;
-        let head = lock.head.clone();
         let log_max = Some(self.options.wal_record_max_bytes);
-        let mut st = WriteState::new(self.space.clone(), cf, head, log_max);
-        let folded = st.fold_base().and_then(|()| st.flush_tables());
-        let result = folded.and_then(|()| {
-            let payload = st.log.take().map(|enc| enc.finish());
-            self.commit_trees(cf, &mut st, lock, Durability::None, payload)
-        });
+        let mut st = WriteState::new(self.space.clone(), cf, folded.clone(), log_max);
+        let built = st.fold_base().and_then(|()| st.flush_tables());
+        let lock = match built.and_then(|()| cf.lock_writer_within(FOLD_LOCK_WAIT)) {
+            Ok(lock) => lock,
+            Err(Error::WriterBusy(_) | Error::WouldDeadlock(_)) => {
+                st.pages.rollback();
+                return Ok(false);
+            }
+            Err(e) => {
+                st.pages.rollback();
+                return Err(e);
+            }
+        };
+        let head = lock.head.clone();
+        if !Arc::ptr_eq(&head.buffer, &folded.buffer) {
+            // A tree commit replaced the trees meanwhile.
+            st.pages.rollback();
+            return Ok(true);
+        }
+        debug_assert_eq!(head.catalog, folded.catalog, "trees changed under a fold");
+        st.carry = Some(FoldCarry::after(&head, &folded));
+        st.base = head;
+        let payload = st.log.take().map(|enc| enc.finish());
+        let result = self.commit_trees(cf, &mut st, lock, Durability::None, payload);
         if result.is_err() {
             st.pages.rollback();
         }
@@ -392,13 +425,16 @@ impl DbShared {
             st.folded || st.base.buffer.entries() == 0,
             "a tree commit over unfolded buffered commits"
         );
-        let v = Arc::new(CfVersion::of_trees(
-            version,
-            st.catalog,
-            st.next_table,
-            lsn,
-            batch,
-        ));
+        let mut v = CfVersion::of_trees(version, st.catalog, st.next_table, lsn, batch);
+        if let Some(carry) = st.carry.take() {
+            // A fold made aside: the commits after the folded version stay
+            // buffered, and replay of these trees resumes after it.
+            assert!(carry.tree_lsn <= lsn, "a fold's trees end past its record");
+            v.buffer = carry.buffer;
+            v.deltas = carry.deltas;
+            v.tree_base.lsn = carry.tree_lsn;
+        }
+        let v = Arc::new(v);
         cf.set_head_version(version);
         slot.head = v.clone();
         cf.enqueue(v.clone());
@@ -457,3 +493,7 @@ pub(super) fn install_buffered(
     cf.enqueue(v.clone());
     v
 }
+
+/// How long a fold made aside waits for a write transaction to finish
+/// before it gives up (and a later checkpoint tries again).
+const FOLD_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);

@@ -283,6 +283,7 @@ impl WriteTransaction {
         st.check_not_failed()?;
         self.core.check_none_open()?;
         let payload = st.log.take().map(|enc| enc.finish());
+        // Past the fold threshold this commit folds the buffer itself.
         let buffered = !st.needs_tree_commit()
             && st.base.buffer.bytes() < self.shared.options.buffer_fold_bytes
             && payload

@@ -556,9 +556,10 @@ impl CfAllocator {
         now_free
     }
 
-    /// Runs freed since the last call that never reached the file. Only
-    /// the CF's writer allocates, so it can drop their cached copies before
-    /// anyone reuses them.
+    /// Runs freed since the last call that never reached the file. The
+    /// caller drops their cached copies while it still holds this
+    /// allocator's lock, so no other store of the CF (the writer, a fold
+    /// made aside) can reuse one of them first.
     pub fn take_unwritten_freed(&mut self) -> Vec<PageId> {
         std::mem::take(&mut self.unwritten_freed)
     }

@@ -32,7 +32,7 @@ pub(crate) use state::{
     check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
     SPILL_BYTES,
 };
-pub(crate) use version::{CfShared, CfVersion, DbVersion, WriterGuard, WriterSlot};
+pub(crate) use version::{CfShared, CfVersion, DbVersion, FoldCarry, WriterGuard, WriterSlot};
 
 /// How durable a commit is when `commit()` returns (design.md §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -143,14 +143,18 @@ impl PageWrite for TxnPages {
     }
 
     fn alloc(&mut self, npages: u32) -> Result<PageId> {
-        let (id, stale) = {
+        let id = {
             let mut a = self.alloc.lock();
             let id = a.alloc(npages, &self.space.extents);
-            (id, a.take_unwritten_freed())
+            // Stale cache entries of freed, never-written runs are dropped
+            // under the allocator lock: another store of this CF (a fold
+            // made aside beside the writer) may reuse such a run as soon
+            // as the lock is released, and its new entry must survive.
+            for s in a.take_unwritten_freed() {
+                self.space.pager.forget(s);
+            }
+            id
         };
-        for s in stale {
-            self.space.pager.forget(s);
-        }
         // A stale cached copy of `id` needs no removal here: no snapshot
         // can reach `id` (it was free), reads in this transaction find the
         // private run first, and the commit's `install_dirty` replaces the

@@ -143,6 +143,10 @@ pub(crate) struct WriteState {
     /// transaction's trees (before any tree write): from then on the trees
     /// hold them and reads skip the buffer.
     pub folded: bool,
+    /// For a fold made aside (`DbShared::fold_cf`): what its version keeps
+    /// buffered; `None` for every other commit (its version has an empty
+    /// buffer).
+    pub carry: Option<super::version::FoldCarry>,
     pub catalog_changed: bool,
     /// The logical operations so far, for the WAL record; `None` once the
     /// transaction outgrew `log_max_bytes` and will commit by a direct
@@ -172,6 +176,7 @@ impl WriteState {
             tables: HashMap::new(),
             writes: WriteSet::new(),
             folded: false,
+            carry: None,
             catalog_changed: false,
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_max_bytes: log_max_bytes.unwrap_or(0),

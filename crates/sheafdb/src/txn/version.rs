@@ -172,6 +172,43 @@ impl CfVersion {
     }
 }
 
+/// What a fold version carries over from the head it replaces: the
+/// buffered commits newer than the folded version, their count deltas, and
+/// where replay must resume for its trees (the folded version's LSN).
+#[derive(Debug)]
+pub(crate) struct FoldCarry {
+    pub buffer: Arc<MemBuffer>,
+    pub deltas: Arc<BTreeMap<TableId, i64>>,
+    pub tree_lsn: Lsn,
+}
+
+impl FoldCarry {
+    /// What a fold of `folded` carries over from `head` (which shares its
+    /// buffer): the entries after the folded version, in a new buffer, in
+    /// version order, and their count deltas.
+    pub fn after(head: &CfVersion, folded: &CfVersion) -> FoldCarry {
+        assert!(
+            Arc::ptr_eq(&head.buffer, &folded.buffer) && head.version >= folded.version,
+            "a fold carries over from a head of the same buffer"
+        );
+        let rest = Arc::new(MemBuffer::new());
+        for (table, key, version, slot) in head.buffer.entries_after(folded.version) {
+            debug_assert!(version <= head.version, "an entry newer than the head");
+            rest.insert(table, &key, version, slot);
+        }
+        let mut deltas = (*head.deltas).clone();
+        for (id, d) in folded.deltas.iter() {
+            *deltas.entry(*id).or_default() -= d;
+        }
+        deltas.retain(|_, d| *d != 0);
+        FoldCarry {
+            buffer: rest,
+            deltas: Arc::new(deltas),
+            tree_lsn: folded.lsn,
+        }
+    }
+}
+
 /// The version of a CF its durable base holds, and the end of the WAL it
 /// covers (replay of the CF resumes at records starting at or after it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +244,8 @@ pub(crate) struct CfShared {
     pub commit_gate: RankedMutex<(), { ranks::COMMIT_GATE }>,
     /// Version of the latest committed (not necessarily published) state.
     head_version: std::sync::atomic::AtomicU64,
+    /// Set while a fold of this CF is being made aside (one at a time).
+    folding: std::sync::atomic::AtomicBool,
 }
 
 impl CfShared {
@@ -233,7 +272,18 @@ impl CfShared {
             published: parking_lot::Condvar::new(),
             commit_gate: RankedMutex::new(()),
             head_version,
+            folding: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Marks a fold of this CF as running; `None` if one already is. The
+    /// mark is cleared when the returned guard is dropped.
+    pub fn begin_fold(&self) -> Option<FoldMark<'_>> {
+        use std::sync::atomic::Ordering;
+        if self.folding.swap(true, Ordering::AcqRel) {
+            return None; // (a mark made here would clear the other's flag)
+        }
+        Some(FoldMark(&self.folding))
     }
 
     /// True if the calling thread holds this CF's writer lock.
@@ -271,6 +321,20 @@ impl CfShared {
         }
         let rank = acquire(Rank::Writer);
         Ok(self.guard(self.writer.lock_arc(), rank))
+    }
+
+    /// Takes the writer lock, waiting at most `wait` for another thread's
+    /// transaction; `WriterBusy` after that, `WouldDeadlock` for this
+    /// thread's own.
+    pub fn lock_writer_within(&self, wait: std::time::Duration) -> Result<WriterGuard> {
+        if self.writer_held_here() {
+            return Err(self.would_deadlock());
+        }
+        let rank = acquire(Rank::Writer);
+        match self.writer.try_lock_arc_for(wait) {
+            Some(g) => Ok(self.guard(g, rank)),
+            None => Err(Error::WriterBusy(self.name.clone())),
+        }
     }
 
     /// Takes the writer lock if it is free; `WriterBusy` (or
@@ -443,6 +507,16 @@ impl CfShared {
             return Err(Error::CfNotFound(self.name.clone()));
         }
         Ok(())
+    }
+}
+
+/// Clears a CF's "fold running" mark when dropped.
+pub(crate) struct FoldMark<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for FoldMark<'_> {
+    fn drop(&mut self) {
+        let was = self.0.swap(false, std::sync::atomic::Ordering::AcqRel);
+        debug_assert!(was, "a fold mark cleared twice");
     }
 }
 
