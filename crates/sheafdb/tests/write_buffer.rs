@@ -649,3 +649,36 @@ fn power_cuts_during_folds_made_aside_keep_acknowledged_commits() {
         db.check_integrity().unwrap();
     }
 }
+
+/// An explicit checkpoint (and a close) folds even a buffer that is full
+/// (which a background fold leaves to the writer's next commit), so it
+/// leaves nothing to replay.
+#[test]
+fn an_explicit_checkpoint_folds_a_full_buffer() {
+    let vfs = MemVfs::new();
+    let limit = 4 << 10;
+    let db = mem_db(&vfs, limit);
+    let cf = db.default_cf().unwrap();
+    let mut k = 0;
+    while cf.stats().unwrap().buffered_bytes < limit {
+        put(&db, k, k);
+        k += 1;
+    }
+    db.checkpoint().unwrap();
+    assert_eq!(
+        cf.stats().unwrap().buffered_bytes,
+        0,
+        "a full buffer was not folded"
+    );
+    put(&db, k, k);
+    drop((cf, db));
+    let db = builder()
+        .open_with_vfs(Arc::new(vfs.clone()), "b.sheaf")
+        .unwrap();
+    assert_eq!(
+        db.replayed_records(),
+        0,
+        "a clean close left records to replay"
+    );
+    assert_eq!(contents(&db.begin_read().unwrap()).len() as u64, k + 1);
+}

@@ -171,7 +171,7 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         let timer_work = shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0;
         if (requested || timer_work) && shared.health.check_writable().is_ok() {
             // A failure poisons the database; writers will see it.
-            let _ = shared.checkpoint_all();
+            let _ = shared.checkpoint_all(false);
         }
     }
 }

@@ -212,12 +212,12 @@ impl DbShared {
     /// commits made meanwhile. `Ok(false)` if the writer stayed busy or a
     /// tree commit came in between (the work is discarded; the buffered
     /// commits stay in the WAL, and a later checkpoint folds them).
-    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<bool> {
+    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>, force: bool) -> Result<bool> {
         let folded = cf.current.load_full();
         if cf.check_live().is_err() || folded.buffer.entries() == 0 {
             return Ok(true);
         }
-        if folded.buffer.bytes() >= self.options.buffer_fold_bytes {
+        if !force && folded.buffer.bytes() >= self.options.buffer_fold_bytes {
             // Its next commit folds it (a fold aside would be discarded).
             return Ok(false);
         }
@@ -256,11 +256,11 @@ impl DbShared {
         result.map(|()| true)
     }
 
-    /// Folds every CF whose writer lock is free (see [`DbShared::fold_cf`]).
-    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<()> {
+    /// Folds every CF (see [`DbShared::fold_cf`]).
+    pub(crate) fn fold_all(self: &Arc<Self>, force: bool) -> Result<()> {
         let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
         for cf in &cfs {
-            self.fold_cf(cf)?;
+            self.fold_cf(cf, force)?;
         }
         Ok(())
     }

@@ -168,7 +168,7 @@ impl DbShared {
     /// runs a checkpoint itself (memory stays bounded).
     pub fn stall_if_dirty(self: &Arc<Self>) -> Result<()> {
         if self.ckpt.over_hard_limit() {
-            self.checkpoint_all()?;
+            self.checkpoint_all(false)?;
         }
         Ok(())
     }
@@ -437,7 +437,7 @@ impl Database {
     /// behind it be recycled (design.md §6). Readers and writers keep running.
     pub fn checkpoint(&self) -> Result<()> {
         self.shared.check_open()?;
-        self.shared.checkpoint_all()
+        self.shared.checkpoint_all(true)
     }
 
     /// Makes every committed transaction durable, whatever its
@@ -513,7 +513,7 @@ impl Database {
             return Ok(());
         }
         self.shared.health.check_writable()?;
-        self.shared.checkpoint_all()?;
+        self.shared.checkpoint_all(true)?;
         self.shared
             .wal()
             .sync()
