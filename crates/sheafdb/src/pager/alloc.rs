@@ -118,14 +118,18 @@ impl ExtentMap {
         &self,
         persisted: &dyn Fn(CfId) -> Option<Vec<PageRange>>,
     ) -> Vec<ExtentRecord> {
+        // Sorted once per CF, so a CF of many extents costs n log n here,
+        // not n² (this runs in every checkpoint).
         let mut cache: std::collections::HashMap<CfId, Vec<PageRange>> = Default::default();
         let mut v = self.to_records();
         for e in &mut v {
             if let Some(cf) = e.owner {
-                let known = cache
-                    .entry(cf)
-                    .or_insert_with(|| persisted(cf).unwrap_or_default());
-                if !known.contains(&e.range) {
+                let known = cache.entry(cf).or_insert_with(|| {
+                    let mut known = persisted(cf).unwrap_or_default();
+                    known.sort_unstable();
+                    known
+                });
+                if known.binary_search(&e.range).is_err() {
                     e.owner = None;
                 }
             }
@@ -302,14 +306,17 @@ impl CfAllocator {
     /// disjoint and inside the extents; runs committed since the durable
     /// base newer than it; a committed freed run freed after it was
     /// allocated. Called after every mutating operation; past 2,048
-    /// tracked runs, on every 256th (the check is linear).
+    /// tracked runs, on one operation in (tracked runs), so the check
+    /// (linear in the runs) costs a bounded amount per operation however
+    /// large the allocator grows (a fold allocates thousands of runs).
     fn assert_invariants(&mut self) {
         if !cfg!(debug_assertions) {
             return;
         }
         self.ops = self.ops.wrapping_add(1);
         let tracked = self.recent.len() + self.freed.len();
-        if tracked > 2048 && !self.ops.is_multiple_of(256) {
+        let every = (tracked as u64).max(256);
+        if tracked > 2048 && !self.ops.is_multiple_of(every) {
             return;
         }
         let cf = self.cf;
