@@ -32,6 +32,18 @@ use super::MAX_TABLE_NAME;
 /// memory to about its pages plus this much.
 pub(crate) const SPILL_BYTES: u64 = 4 << 20;
 
+/// `Corrupted` unless a tree's entry count is `expected`: reads and writes
+/// of the tree disagreed on which keys exist (a tree the file damaged).
+fn check_count(what: &str, root: &TreeRoot, expected: i64) -> Result<()> {
+    if root.len as i64 != expected {
+        return Err(Error::corrupted(
+            format!("{what}: {} entries, expected {expected}", root.len),
+            "table tree",
+        ));
+    }
+    Ok(())
+}
+
 /// `InvalidArgument` unless `name` is a valid table name.
 pub(crate) fn check_table_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_TABLE_NAME {
@@ -352,16 +364,7 @@ impl WriteState {
         let t = self.tables.get_mut(&name).expect("loaded by fold_base");
         let expected = t.meta.len as i64 + base.delta(id);
         t.set_root(root);
-        if root.len as i64 != expected {
-            return Err(Error::corrupted(
-                format!(
-                    "table {name:?}: {} entries after folding, expected {expected}",
-                    root.len
-                ),
-                "table tree",
-            ));
-        }
-        Ok(())
+        check_count(&format!("table {name:?} after folding"), &root, expected)
     }
 
     /// Every table of this transaction's catalog by id.
@@ -435,16 +438,7 @@ impl WriteState {
         }
         table.set_root(root);
         result?;
-        if root.len as i64 != expected {
-            // Reads and writes of the tree disagreed on which keys exist.
-            return Err(Error::corrupted(
-                format!(
-                    "table {id}: entry count {} after its writes, expected {expected}",
-                    root.len
-                ),
-                "table tree",
-            ));
-        }
+        check_count(&format!("table {id} after its writes"), &root, expected)?;
         Ok(())
     }
 
