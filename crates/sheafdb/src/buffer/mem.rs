@@ -27,7 +27,7 @@ use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 
 use super::filter::{hash, KeyFilter};
-use super::{Held, Slot};
+use super::{above, below, Held, Slot};
 use crate::types::{TableId, Version};
 
 /// Bytes charged per entry on top of its key and value (skip-list node,
@@ -124,24 +124,6 @@ impl Ord for BufKey {
 
 fn probe(table: TableId, pos: Pos<'_>, rev: u64) -> Probe<'_> {
     Probe { table, pos, rev }
-}
-
-/// True if `key` lies below the lower bound `lo`.
-fn below(key: &[u8], lo: Bound<&[u8]>) -> bool {
-    match lo {
-        Bound::Included(l) => key < l,
-        Bound::Excluded(l) => key <= l,
-        Bound::Unbounded => false,
-    }
-}
-
-/// True if `key` lies above the upper bound `hi`.
-fn above(key: &[u8], hi: Bound<&[u8]>) -> bool {
-    match hi {
-        Bound::Included(h) => key > h,
-        Bound::Excluded(h) => key >= h,
-        Bound::Unbounded => false,
-    }
 }
 
 /// One write buffer of a CF.

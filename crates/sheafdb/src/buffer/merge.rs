@@ -20,7 +20,7 @@ use std::ops::Bound;
 
 use super::mem::MemBuffer;
 use super::write_set::TableWrites;
-use super::{Held, Slot};
+use super::{above, below, Held, Slot};
 use crate::btree::store::PageRead;
 use crate::btree::{Cursor, TreeRoot};
 use crate::error::Result;
@@ -67,17 +67,7 @@ impl Window {
 
     /// True if `key` lies inside the window.
     pub fn contains(&self, key: &[u8]) -> bool {
-        let lo_ok = match self.lo() {
-            Bound::Included(l) => key >= l,
-            Bound::Excluded(l) => key > l,
-            Bound::Unbounded => true,
-        };
-        let hi_ok = match self.hi() {
-            Bound::Included(h) => key <= h,
-            Bound::Excluded(h) => key < h,
-            Bound::Unbounded => true,
-        };
-        lo_ok && hi_ok
+        !below(key, self.lo()) && !above(key, self.hi())
     }
 
     /// Closes the window past `key`, just yielded from the front (`back ==
@@ -274,20 +264,12 @@ impl<S: PageRead + ?Sized> Layer for TreeLayer<'_, S> {
 
 /// True if `k` is not past the window's upper bound.
 fn below_hi(k: &[u8], w: &Window) -> bool {
-    match w.hi() {
-        Bound::Included(h) => k <= h,
-        Bound::Excluded(h) => k < h,
-        Bound::Unbounded => true,
-    }
+    !above(k, w.hi())
 }
 
 /// True if `k` is not below the window's lower bound.
 fn above_lo(k: &[u8], w: &Window) -> bool {
-    match w.lo() {
-        Bound::Included(l) => k >= l,
-        Bound::Excluded(l) => k > l,
-        Bound::Unbounded => true,
-    }
+    !below(k, w.lo())
 }
 
 /// The next visible entry of the merged view of `layers` (newest first)

@@ -45,6 +45,7 @@ pub mod write_set;
 #[cfg(test)]
 mod tests;
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::btree::Bytes;
@@ -92,3 +93,21 @@ impl PartialEq for Held {
 /// A value as a layer stores it: `Some(bytes)` for a put, `None` for a
 /// tombstone (the key was removed at that version).
 pub type Slot = Option<Arc<[u8]>>;
+
+/// True if `key` lies below the lower bound `lo`.
+pub(crate) fn below(key: &[u8], lo: Bound<&[u8]>) -> bool {
+    match lo {
+        Bound::Included(l) => key < l,
+        Bound::Excluded(l) => key <= l,
+        Bound::Unbounded => false,
+    }
+}
+
+/// True if `key` lies above the upper bound `hi`.
+pub(crate) fn above(key: &[u8], hi: Bound<&[u8]>) -> bool {
+    match hi {
+        Bound::Included(h) => key > h,
+        Bound::Excluded(h) => key >= h,
+        Bound::Unbounded => false,
+    }
+}
