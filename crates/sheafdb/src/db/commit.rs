@@ -476,7 +476,9 @@ pub(super) fn install_buffered(
         }
         *deltas.entry(id).or_default() += w.delta();
     }
-    let batch = ReclaimBatch::new(cf.alloc.lock().released_sink());
+    // No page freed: the next batch comes from the base's, without
+    // taking the allocator lock a fold made aside may be using.
+    let batch = base.batch.successor();
     base.batch.seal(Vec::new(), batch.clone());
     let v = Arc::new(CfVersion {
         version,

@@ -214,6 +214,12 @@ impl ReclaimBatch {
         })
     }
 
+    /// A new, empty batch releasing into the same allocator as this one
+    /// (for a commit that frees nothing: no allocator lock needed).
+    pub fn successor(&self) -> Arc<ReclaimBatch> {
+        ReclaimBatch::new(self.sink.clone())
+    }
+
     /// Called once by the commit that supersedes this batch's version:
     /// records the pages it freed and links the new version's batch.
     pub fn seal(&self, freed: Vec<(PageId, u32)>, next: Arc<ReclaimBatch>) {
