@@ -32,7 +32,9 @@ pub(crate) use state::{
     check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
     SPILL_BYTES,
 };
-pub(crate) use version::{CfShared, CfVersion, DbVersion, FoldCarry, WriterGuard, WriterSlot};
+pub(crate) use version::{
+    CfShared, CfVersion, DbVersion, FoldCarry, FoldMark, WriterGuard, WriterSlot,
+};
 
 /// How durable a commit is when `commit()` returns (design.md §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
