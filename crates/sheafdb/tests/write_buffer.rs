@@ -682,3 +682,291 @@ fn an_explicit_checkpoint_folds_a_full_buffer() {
     );
     assert_eq!(contents(&db.begin_read().unwrap()).len() as u64, k + 1);
 }
+
+// ---- Memory bound over all CFs (design.md "Memory bound": B1, B2) ----
+
+const V: TableDefinition<u64, &[u8]> = TableDefinition::new("v");
+
+fn bounded_db(vfs: &MemVfs, fold: u64, total: u64, limit: u64) -> Database {
+    builder()
+        .background_checkpoints(false)
+        .durability(Durability::None)
+        .buffer_fold_bytes(fold)
+        .buffer_memory(total, limit)
+        .create_with_vfs(Arc::new(vfs.clone()), "m.sheaf")
+        .unwrap()
+}
+
+/// Writers on six CFs outpace checkpoints (there are none in the
+/// background): together their buffers would pass the limit, so writers
+/// stall and fold, and a monitor never sees more than the limit buffered.
+#[test]
+fn writers_that_outpace_checkpoints_stall_and_the_limit_holds() {
+    const FOLD: u64 = 256 << 10;
+    const TOTAL: u64 = 512 << 10;
+    const LIMIT: u64 = 1 << 20;
+    let vfs = MemVfs::new();
+    let db = Arc::new(bounded_db(&vfs, FOLD, TOTAL, LIMIT));
+    let cfs: Vec<_> = (0..6)
+        .map(|i| db.cf_or_create(&format!("cf{i}")).unwrap())
+        .collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (db, done) = (db.clone(), done.clone());
+        thread::spawn(move || {
+            let mut max = 0;
+            while !done.load(Ordering::Acquire) {
+                let m = db.memory_stats();
+                assert!(
+                    m.buffered_bytes <= LIMIT,
+                    "B1: {} buffered bytes over the {LIMIT} limit",
+                    m.buffered_bytes
+                );
+                max = max.max(m.buffered_bytes);
+                thread::yield_now();
+            }
+            max
+        })
+    };
+    let value = vec![7u8; 200];
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let mine = [cfs[2 * w].clone(), cfs[2 * w + 1].clone()];
+            let value = value.clone();
+            thread::spawn(move || {
+                for n in 0..1500u64 {
+                    let tx = mine[(n % 2) as usize].begin_write().unwrap();
+                    {
+                        let mut t = tx.open_table(V).unwrap();
+                        for i in 0..8 {
+                            t.insert(n * 8 + i, value.as_slice()).unwrap();
+                        }
+                    }
+                    tx.commit().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Release);
+    let max = monitor.join().unwrap();
+    let m = db.memory_stats();
+    assert!(m.buffer_stalls > 0, "no writer stalled: {m:?}");
+    assert!(m.buffered_bytes <= LIMIT);
+    assert!(
+        max > TOTAL,
+        "the buffers never came near the limit (max {max}): the test did not load them"
+    );
+    db.check_integrity().unwrap();
+    for (i, cf) in cfs.iter().enumerate() {
+        let rx = cf.begin_read().unwrap();
+        let t = rx.open_table(V).unwrap();
+        assert_eq!(t.len().unwrap(), 750 * 8, "{}", cf.name());
+        let last = (1498 + i as u64 % 2) * 8 + 7;
+        assert_eq!(t.get(last).unwrap().unwrap().value(), value.as_slice());
+    }
+}
+
+/// One CF whose own fold threshold is far above the database-wide limit:
+/// its commits stop buffering at the limit and write the trees, which
+/// frees the buffer; nothing is lost, and the count always matches.
+#[test]
+fn a_commit_that_would_pass_the_limit_writes_its_trees() {
+    const LIMIT: u64 = 64 << 10;
+    let vfs = MemVfs::new();
+    let db = bounded_db(&vfs, 1 << 30, LIMIT, LIMIT);
+    let mut previous = 0;
+    let mut dropped = 0;
+    for n in 0..1500u64 {
+        let tx = db.begin_write().unwrap();
+        tx.open_table(T).unwrap().insert(n, n * 3).unwrap();
+        tx.commit().unwrap();
+        let now = db.memory_stats().buffered_bytes;
+        assert!(now <= LIMIT, "B1: {now} > {LIMIT}");
+        if now < previous {
+            dropped += 1;
+        }
+        previous = now;
+    }
+    assert!(dropped > 0, "the buffer never emptied at the limit");
+    db.check_integrity().unwrap();
+    let rx = db.begin_read().unwrap();
+    assert_eq!(
+        contents(&rx),
+        (0..1500).map(|n| (n, n * 3)).collect::<Vec<_>>()
+    );
+}
+
+/// A stalled writer must not wait for a CF whose writer stays busy: the
+/// largest buffer belongs to a CF with an open transaction, and a writer
+/// of another CF still begins and commits (its commit writes trees if
+/// buffering would pass the limit).
+#[test]
+fn a_stalled_writer_does_not_wait_for_a_busy_cf() {
+    const LIMIT: u64 = 128 << 10;
+    let vfs = MemVfs::new();
+    let db = bounded_db(&vfs, 1 << 30, LIMIT / 2, LIMIT);
+    let big = db.cf_or_create("big").unwrap();
+    let small = db.cf_or_create("small").unwrap();
+    let value = vec![1u8; 500];
+    let mut n = 0u64;
+    while db.memory_stats().buffered_bytes < LIMIT - LIMIT / 4 {
+        let tx = big.begin_write().unwrap();
+        tx.open_table(V)
+            .unwrap()
+            .insert(n, value.as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+        n += 1;
+    }
+    let held = big.begin_write().unwrap(); // the big CF's writer stays busy
+    let (tx_done, rx_done) = mpsc::channel();
+    let worker = {
+        let small = small.clone();
+        thread::spawn(move || {
+            for i in 0..20u64 {
+                let tx = small.begin_write().unwrap();
+                tx.open_table(T).unwrap().insert(i, i).unwrap();
+                tx.commit().unwrap();
+            }
+            tx_done.send(()).unwrap();
+        })
+    };
+    // A hang guard, not a timing: each stall gives up after one fold
+    // attempt (50 ms) and one wait (10 ms).
+    rx_done
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a stalled writer waited for a busy CF");
+    worker.join().unwrap();
+    assert!(db.memory_stats().buffer_stalls > 0);
+    assert!(db.memory_stats().buffered_bytes <= LIMIT);
+    drop(held);
+    db.check_integrity().unwrap();
+    let rx = small.begin_read().unwrap();
+    assert_eq!(rx.open_table(T).unwrap().len().unwrap(), 20);
+    assert_eq!(
+        big.begin_read()
+            .unwrap()
+            .open_table(V)
+            .unwrap()
+            .len()
+            .unwrap(),
+        n
+    );
+}
+
+/// Dropping a CF gives its buffer back to the budget (B2), and a fold
+/// racing the drop neither commits into the dropped CF nor counts its
+/// buffer twice.
+#[test]
+fn dropped_cfs_release_their_buffers_even_while_folds_race() {
+    let vfs = MemVfs::new();
+    let db = Arc::new(bounded_db(&vfs, 1 << 30, 1 << 30, 1 << 30));
+    let keep = db.cf_or_create("keep").unwrap();
+    for round in 0..40u64 {
+        let cf = db.cf_or_create("gone").unwrap();
+        let tx = cf.begin_write().unwrap();
+        tx.open_table(T).unwrap();
+        tx.commit().unwrap();
+        // Many buffered entries: the fold's first phase takes a while, so
+        // the drop below often lands inside it.
+        for chunk in 0..10 {
+            let tx = cf.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(T).unwrap();
+                for i in 0..1500 {
+                    t.insert(chunk * 1500 + i, round).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        assert!(
+            cf.stats().unwrap().buffered_bytes > 0,
+            "round {round}: {:?}",
+            cf.stats()
+        );
+        let tx = keep.begin_write().unwrap();
+        tx.open_table(T).unwrap().insert(round, round).unwrap();
+        tx.commit().unwrap();
+        let folder = {
+            let db = db.clone();
+            thread::spawn(move || db.checkpoint().unwrap())
+        };
+        thread::sleep(Duration::from_micros(round * 100));
+        db.drop_cf("gone").unwrap();
+        folder.join().unwrap();
+        db.check_integrity().unwrap();
+    }
+    db.checkpoint().unwrap();
+    assert_eq!(
+        db.memory_stats().buffered_bytes,
+        0,
+        "every buffer folded or dropped"
+    );
+    drop(keep);
+    let db = Arc::into_inner(db).unwrap();
+    db.close().unwrap();
+    let db = builder()
+        .open_with_vfs(Arc::new(vfs.clone()), "m.sheaf")
+        .unwrap();
+    db.check_integrity().unwrap();
+    assert_eq!(
+        db.list_cfs().unwrap(),
+        vec!["default".to_string(), "keep".into()]
+    );
+    let rx = db.cf("keep").unwrap().begin_read().unwrap();
+    assert_eq!(rx.open_table(T).unwrap().len().unwrap(), 40);
+}
+
+/// Recovery obeys the limit too: a WAL holding more buffered commits than
+/// a smaller limit allows is replayed with the excess written to trees.
+#[test]
+fn recovery_keeps_the_buffer_within_the_limit() {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .buffer_fold_bytes(1 << 30)
+        .create_with_vfs(Arc::new(vfs.clone()), "m.sheaf")
+        .unwrap();
+    let cfs: Vec<_> = (0..4)
+        .map(|i| db.cf_or_create(&format!("c{i}")).unwrap())
+        .collect();
+    for cf in &cfs {
+        let tx = cf.begin_write().unwrap();
+        tx.open_table(T).unwrap();
+        tx.commit().unwrap();
+    }
+    db.checkpoint().unwrap(); // CFs and tables in the file; their data only in the WAL
+    for cf in &cfs {
+        for i in 0..300u64 {
+            let tx = cf.begin_write().unwrap();
+            tx.open_table(T).unwrap().insert(i, i + 1).unwrap();
+            tx.commit().unwrap();
+        }
+    }
+    let before = db.memory_stats().buffered_bytes;
+    assert!(
+        before > 40 << 10,
+        "expected ~300 entries per CF buffered: {before}"
+    );
+    // A process crash: no checkpoint, everything replays from the WAL.
+    let crashed = vfs.crash_with(1, CrashPolicy::KeepAll);
+    drop((cfs, db));
+    let limit = before / 2;
+    let db = builder()
+        .buffer_memory(limit, limit)
+        .open_with_vfs(Arc::new(crashed), "m.sheaf")
+        .unwrap();
+    let m = db.memory_stats();
+    assert!(m.buffered_bytes <= limit, "{} > {limit}", m.buffered_bytes);
+    assert!(m.buffered_bytes > 0, "nothing replayed into the buffers");
+    db.check_integrity().unwrap();
+    for i in 0..4 {
+        let rx = db.cf(&format!("c{i}")).unwrap().begin_read().unwrap();
+        let t = rx.open_table(T).unwrap();
+        assert_eq!(t.len().unwrap(), 300);
+        assert_eq!(t.get(299).unwrap().unwrap().value(), 300);
+    }
+}

@@ -27,6 +27,7 @@ use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 
 use super::filter::{hash, KeyFilter};
+use super::write_set::{self, WriteSet};
 use super::{above, below, Held, Slot};
 use crate::types::{TableId, Version};
 
@@ -195,6 +196,12 @@ impl MemBuffer {
         self.entries.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The bytes inserting `writes` charges (what a buffered commit
+    /// reserves in the database-wide budget).
+    pub fn charge_of(writes: &WriteSet) -> u64 {
+        writes.bytes() + writes.entries() * (ENTRY_OVERHEAD - write_set::ENTRY_OVERHEAD)
+    }
+
     /// Marks the buffer read-only (a fold is about to read it whole).
     pub fn freeze(&self) {
         self.frozen.store(true, Ordering::Release);
@@ -205,8 +212,7 @@ impl MemBuffer {
         self.frozen.load(Ordering::Acquire)
     }
 
-    /// Bytes the buffer charges (keys, values and per-entry overhead,
-    /// and its key filter).
+    /// Bytes the buffer charges (keys, values and per-entry overhead).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }

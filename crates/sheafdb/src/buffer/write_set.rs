@@ -127,6 +127,11 @@ impl WriteSet {
         }
     }
 
+    /// Keys written over all tables.
+    pub fn entries(&self) -> u64 {
+        self.tables.values().map(|t| t.len() as u64).sum()
+    }
+
     /// Bytes charged over all tables.
     pub fn bytes(&self) -> u64 {
         self.bytes

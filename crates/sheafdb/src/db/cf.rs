@@ -256,7 +256,7 @@ impl Database {
         // lock order): waiting for the CF's writer while holding the
         // create/drop lock would deadlock with that writer's own
         // `create_cf`. `WouldDeadlock` if this thread holds the writer.
-        let (cf, _writer, _registry) = loop {
+        let (cf, writer, _registry) = loop {
             let cf = self
                 .shared
                 .cf_by_name(name)
@@ -280,6 +280,9 @@ impl Database {
             let _change = self.shared.registry.change.write();
             let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;
             self.shared.registry.unregister(&cf);
+            // B2: a dropped CF's buffer leaves the budget (no commit can
+            // reach it: we hold its writer lock, and it is no longer live).
+            self.shared.budget.release(writer.head.buffer.bytes());
             end
         };
         self.shared.wait_cf_record(end)

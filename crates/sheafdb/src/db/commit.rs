@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use super::budget::Reserved;
 use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
@@ -135,12 +136,14 @@ impl DbShared {
         mut lock: WriterGuard,
         durability: Durability,
         payload: &[u8],
+        reserved: Reserved<'_>,
     ) -> Result<()> {
         let _open = self.health.enter_commit()?;
         let version = st.base.version.next();
         let gate = cf.commit_gate.lock();
         let (_, end) = self.wal().append(payload)?;
         let v = install_buffered(cf, st, &mut lock, version, end);
+        reserved.keep();
         let buffered_bytes = v.buffer.bytes();
         let pending = Unpublished::new(self, cf, v);
         drop(gate);
@@ -148,7 +151,7 @@ impl DbShared {
         let durable = self.wait_durability(end, durability);
         pending.publish(durable)?;
         self.ckpt.after_commit(end);
-        if buffered_bytes >= self.options.buffer_fold_bytes / 2 {
+        if buffered_bytes >= self.options.buffer_fold_bytes / 2 || self.budget.over_fold_total() {
             // Fold aside in the background before the writer reaches the
             // threshold, where it folds the buffer itself.
             self.ckpt.request();
@@ -240,8 +243,9 @@ impl DbShared {
             }
         };
         let head = lock.head.clone();
-        if !Arc::ptr_eq(&head.buffer, &folded.buffer) {
-            // A tree commit replaced the trees meanwhile.
+        if cf.check_live().is_err() || !Arc::ptr_eq(&head.buffer, &folded.buffer) {
+            // The CF was dropped (under this lock), or a tree commit
+            // replaced the trees meanwhile.
             st.pages.rollback();
             return Ok(true);
         }
@@ -263,6 +267,46 @@ impl DbShared {
             self.fold_cf(cf, force)?;
         }
         Ok(())
+    }
+
+    /// Before a write transaction: at the buffer stall mark (¾ of the
+    /// database-wide limit) the writer folds the largest buffers itself,
+    /// until the total is back under the fold trigger or a pass frees
+    /// nothing (every large buffer's writer busy, and no other fold ends
+    /// within [`STALL_POLL`]). It never waits on a busy CF for long, and
+    /// B1 holds regardless: a commit that would pass the limit writes its
+    /// trees instead of buffering.
+    pub(crate) fn stall_if_buffered(self: &Arc<Self>) -> Result<()> {
+        if !self.budget.over_stall_mark() {
+            return Ok(());
+        }
+        self.budget.note_stall();
+        while self.budget.over_fold_total() {
+            let before = self.budget.used();
+            for cf in self.largest_buffers() {
+                self.fold_cf(&cf, true)?;
+                if !self.budget.over_fold_total() {
+                    return Ok(());
+                }
+            }
+            if self.budget.used() >= before {
+                self.budget.wait_release(STALL_POLL);
+                if self.budget.used() >= before {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Live CFs with buffered commits, largest buffer first.
+    fn largest_buffers(&self) -> Vec<Arc<CfShared>> {
+        let mut cfs: Vec<(u64, Arc<CfShared>)> = (self.registry.cfs.read().values())
+            .map(|cf| (cf.current.load().buffer.bytes(), cf.clone()))
+            .filter(|(bytes, _)| *bytes > 0)
+            .collect();
+        cfs.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
+        cfs.into_iter().map(|(_, cf)| cf).collect()
     }
 
     /// Commits a multi-CF transaction: one WAL record with a part per CF
@@ -288,10 +332,13 @@ impl DbShared {
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         // Buffered in every CF, or the trees are written in every CF.
         let fold_bytes = self.options.buffer_fold_bytes;
-        let buffered = logged
+        let bufferable = logged
             && states
                 .iter()
                 .all(|st| !st.needs_tree_commit() && st.base.buffer.bytes() < fold_bytes);
+        let total: u64 = states.iter().map(|st| st.buffer_charge()).sum();
+        let reserved = bufferable.then(|| self.budget.reserve(total)).flatten();
+        let buffered = reserved.is_some();
         if !buffered {
             for st in states.iter_mut() {
                 let written = st
@@ -324,6 +371,9 @@ impl DbShared {
             };
             pending.push(Unpublished::new(self, cf, v.clone()));
             versions.push((cf.clone(), v));
+        }
+        if let Some(r) = reserved {
+            r.keep(); // the parts are in their buffers
         }
         drop(gates);
         let durable = if logged {
@@ -434,6 +484,11 @@ impl DbShared {
             v.deltas = carry.deltas;
             v.tree_base.lsn = carry.tree_lsn;
         }
+        // B2: the folded buffer's bytes leave the budget (the carried
+        // commits stay accounted).
+        let (before, after) = (slot.head.buffer.bytes(), v.buffer.bytes());
+        assert!(after <= before, "B2: a fold's new buffer outgrew the old");
+        self.budget.release(before - after);
         let v = Arc::new(v);
         cf.set_head_version(version);
         slot.head = v.clone();
@@ -466,6 +521,7 @@ pub(super) fn install_buffered(
         lsn >= base.lsn,
         "design.md §11.6: a CF's LSNs must not go backwards"
     );
+    let (before, charge) = (base.buffer.bytes(), st.buffer_charge());
     let mut deltas = (*base.deltas).clone();
     for id in st.writes.tables() {
         let Some(w) = st.writes.table(id) else {
@@ -476,6 +532,11 @@ pub(super) fn install_buffered(
         }
         *deltas.entry(id).or_default() += w.delta();
     }
+    debug_assert_eq!(
+        base.buffer.bytes() - before,
+        charge,
+        "B1: a buffered commit charged other bytes than it reserved"
+    );
     // No page freed: the next batch comes from the base's, without
     // taking the allocator lock a fold made aside may be using.
     let batch = base.batch.successor();
@@ -499,3 +560,7 @@ pub(super) fn install_buffered(
 /// How long a fold made aside waits for a write transaction to finish
 /// before it gives up (and a later checkpoint tries again).
 const FOLD_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a stalled writer whose fold pass freed nothing waits for
+/// another thread's fold before it goes on.
+const STALL_POLL: std::time::Duration = std::time::Duration::from_millis(10);

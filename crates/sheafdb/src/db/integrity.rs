@@ -105,7 +105,37 @@ fn check_partition(
     Ok(())
 }
 
+/// B1/B2: the budget's count equals the bytes of every live CF's current
+/// buffer, and is within the limit. Checked with every CF's writer held and
+/// no CF created or dropped meanwhile (retried if the set changed before
+/// its locks were taken).
+fn check_buffer_budget(shared: &Arc<DbShared>) -> Result<()> {
+    loop {
+        let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
+        let mut writers = Vec::with_capacity(cfs.len());
+        for c in &cfs {
+            writers.push(c.lock_writer()?);
+        }
+        let _no_create_drop = shared.registry.create_drop.lock();
+        let live: Vec<CfId> = shared.registry.cfs.read().keys().copied().collect();
+        let locked: Vec<CfId> = cfs.iter().map(|c| c.id).collect();
+        if live != locked {
+            continue;
+        }
+        let held: u64 = writers.iter().map(|w| w.head.buffer.bytes()).sum();
+        let used = shared.budget.used();
+        if used != held || used > shared.budget.limit() {
+            return Err(bad(format!(
+                "buffer budget counts {used} bytes, the CFs' buffers hold {held} (limit {})",
+                shared.budget.limit()
+            )));
+        }
+        return Ok(());
+    }
+}
+
 pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
+    check_buffer_budget(shared)?;
     let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
     // Quiesce: no writer of any CF, no checkpoint. `WouldDeadlock` if this
     // thread holds one of the writers (it would wait on itself).

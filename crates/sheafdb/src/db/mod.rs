@@ -11,6 +11,7 @@
 //! Invariants: exactly one `Database` per file at a time (file lock); after
 //! a write or sync fails, the database is poisoned and refuses writes.
 
+mod budget;
 mod cf;
 mod checkpoint;
 mod checkpointer;
@@ -39,6 +40,7 @@ use crate::txn::Durability;
 
 use crate::types::{CfId, Lsn};
 use crate::wal::{FlusherHandle, Wal};
+use budget::BufferBudget;
 use checkpointer::CheckpointState;
 use health::Health;
 use registry::CfRegistry;
@@ -68,6 +70,11 @@ pub(crate) struct Options {
     /// Buffered bytes of a CF past which its next commit (or checkpoint)
     /// folds the buffer into the trees.
     pub buffer_fold_bytes: u64,
+    /// Buffered bytes over all CFs past which the background checkpointer
+    /// folds (see `budget`).
+    pub buffer_total_bytes: u64,
+    /// Buffered bytes over all CFs never exceeded; writers stall at ¾.
+    pub buffer_limit_bytes: u64,
 }
 
 impl Default for Options {
@@ -83,6 +90,8 @@ impl Default for Options {
             checkpoint_interval: Duration::from_secs(30),
             background_checkpoints: true,
             buffer_fold_bytes: 16 << 20,
+            buffer_total_bytes: 64 << 20,
+            buffer_limit_bytes: 128 << 20,
         }
     }
 }
@@ -99,6 +108,8 @@ pub(crate) struct DbShared {
     pub ckpt: CheckpointState,
     /// Poisoning and closing.
     pub health: Health,
+    /// Bytes buffered over all CFs, and their bound.
+    pub budget: BufferBudget,
     /// The write-ahead log, once opened.
     wal: OnceLock<Arc<Wal>>,
     pub options: Options,
@@ -216,6 +227,14 @@ pub struct MemoryStats {
     pub clean_bytes: u64,
     /// Dirty runs: only in memory until a checkpoint writes them.
     pub dirty_bytes: u64,
+    /// Bytes of buffered commits over all CFs (write buffers; design.md
+    /// "Memory bound"). Never above `buffer_limit_bytes`.
+    pub buffered_bytes: u64,
+    /// The database-wide write-buffer limit (`Builder::buffer_memory`).
+    pub buffer_limit_bytes: u64,
+    /// Write transactions that began at the stall mark and folded
+    /// buffers before they started, since open.
+    pub buffer_stalls: u64,
 }
 
 /// Options for creating or opening a database.
@@ -266,6 +285,18 @@ impl Builder {
     /// the checkpoint, holds the CF's writer lock while it folds).
     pub fn buffer_fold_bytes(mut self, bytes: u64) -> Self {
         self.options.buffer_fold_bytes = bytes.max(1);
+        self
+    }
+
+    /// Memory bound of the write buffers over all column families
+    /// (design.md "Memory bound"): past `total_bytes` (default 64 MiB) the
+    /// background checkpointer folds them; `limit_bytes` (default 128 MiB)
+    /// is never exceeded: a writer beginning a transaction at ¾ of it
+    /// stalls and folds the largest buffers itself, and a commit that
+    /// would pass it writes its trees instead of buffering.
+    pub fn buffer_memory(mut self, total_bytes: u64, limit_bytes: u64) -> Self {
+        self.options.buffer_limit_bytes = limit_bytes.max(1);
+        self.options.buffer_total_bytes = total_bytes.min(self.options.buffer_limit_bytes);
         self
     }
 
@@ -469,6 +500,9 @@ impl Database {
         MemoryStats {
             clean_bytes: cache.bytes() as u64,
             dirty_bytes: cache.dirty_bytes() as u64,
+            buffered_bytes: self.shared.budget.used(),
+            buffer_limit_bytes: self.shared.budget.limit(),
+            buffer_stalls: self.shared.budget.stalls(),
         }
     }
 

@@ -309,6 +309,10 @@ fn new_shared(
         registry: CfRegistry::new(next_cf),
         ckpt: CheckpointState::new(sys, Triggers::new(&opts.options, page_size)),
         health: Health::default(),
+        budget: super::budget::BufferBudget::new(
+            opts.options.buffer_total_bytes,
+            opts.options.buffer_limit_bytes,
+        ),
         wal: OnceLock::new(),
         options: opts.options.clone(),
         replayed_records: AtomicU64::new(0),

@@ -115,11 +115,20 @@ impl Replayer {
     /// Turns every CF's replayed changes into a published version.
     pub(super) fn finish(self) -> Result<()> {
         for (_, mut r) in self.cfs {
-            let buffered = !r.state.needs_tree_commit();
-            if buffered && r.state.writes.is_empty() {
+            let bufferable = !r.state.needs_tree_commit();
+            if bufferable && r.state.writes.is_empty() {
                 continue;
             }
+            // Within the database-wide buffer limit, or the trees are
+            // written (B1 holds from the first version on).
+            let reserved = bufferable
+                .then(|| self.shared.budget.reserve(r.state.buffer_charge()))
+                .flatten();
+            let buffered = reserved.is_some();
             if !buffered {
+                if bufferable {
+                    r.write_trees()?;
+                }
                 r.state.flush_tables()?;
             }
             let mut slot = r.cf.writer.lock();
@@ -130,6 +139,7 @@ impl Replayer {
                 // Only puts and removals: they become one buffered version,
                 // and open writes no page (design.md "Write buffer").
                 super::commit::install_buffered(&r.cf, &mut r.state, &mut slot, version, lsn);
+                reserved.into_iter().for_each(|r| r.keep());
             } else {
                 (self.shared).install_version(&r.cf, &mut r.state, &mut slot, version, lsn);
             }

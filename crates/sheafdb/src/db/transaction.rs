@@ -202,6 +202,7 @@ impl WriteTransaction {
             return Err(cf.would_deadlock());
         }
         shared.stall_if_dirty()?;
+        shared.stall_if_buffered()?;
         let lock = lock(&cf)?;
         shared.check_open()?;
         cf.check_live()?;
@@ -283,17 +284,21 @@ impl WriteTransaction {
         st.check_not_failed()?;
         self.core.check_none_open()?;
         let payload = st.log.take().map(|enc| enc.finish());
-        // Past the fold threshold this commit folds the buffer itself.
-        let buffered = !st.needs_tree_commit()
+        // Past the fold threshold, or past the database-wide buffer limit,
+        // this commit folds the buffer itself.
+        let bufferable = !st.needs_tree_commit()
             && st.base.buffer.bytes() < self.shared.options.buffer_fold_bytes
             && payload
                 .as_ref()
                 .is_some_and(|p| p.len() as u64 <= self.shared.wal().options().max_record_bytes);
-        if buffered && st.writes.is_empty() {
-            return self.commit_nothing(&st, lock);
-        }
-        if let (true, Some(p)) = (buffered, &payload) {
-            return (self.shared).commit_buffered(&self.cf, &mut st, lock, self.durability, p);
+        let reserved = bufferable
+            .then(|| self.shared.budget.reserve(st.buffer_charge()))
+            .flatten();
+        if let (Some(r), Some(p)) = (reserved, &payload) {
+            if st.writes.is_empty() {
+                return self.commit_nothing(&st, lock);
+            }
+            return (self.shared).commit_buffered(&self.cf, &mut st, lock, self.durability, p, r);
         }
         // The trees are written: the buffered commits first, then ours.
         st.fold_base().map_err(|e| st.fail(e))?;

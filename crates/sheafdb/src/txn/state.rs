@@ -394,6 +394,12 @@ impl WriteState {
         Ok(())
     }
 
+    /// The bytes inserting this transaction's writes into a buffer
+    /// charges (what a buffered commit reserves in the budget).
+    pub fn buffer_charge(&self) -> u64 {
+        crate::buffer::mem::MemBuffer::charge_of(&self.writes)
+    }
+
     /// True if committing must write the trees: the buffer was folded, the
     /// catalog changed, or pages were written.
     pub fn needs_tree_commit(&self) -> bool {
