@@ -295,9 +295,22 @@ impl DbShared {
         // reusable only once it is durable.
         let released = sp.take_freed();
         let mut released_set = RangeSet::new();
+        // The system tree's pages come from the file: two references to
+        // one page, or a page the system allocator calls free, is
+        // corruption (found before anything is written).
         for &(p, n) in &released {
-            let ok = released_set.insert(p.0, n as u64);
-            assert!(ok, "system page {p} freed twice in one checkpoint");
+            if !released_set.insert(p.0, n as u64) {
+                return Err(Error::corrupted_page(
+                    p,
+                    "system page reachable twice (freed twice in one checkpoint)",
+                ));
+            }
+        }
+        if !(sys.alloc.lock().free_set().clone()).insert_all(&released_set) {
+            return Err(Error::corrupted(
+                "the system tree uses a page its allocator calls free",
+                "checkpoint",
+            ));
         }
         let meta = self.build_meta(sp, &sys.alloc.clone(), &released_set, persisted)?;
         let system_runs = sp.private_runs();
@@ -429,6 +442,8 @@ impl DbShared {
         // what is free now (and what the old base used) is free in it.
         let mut sys_free = sys_alloc.lock().free_set().clone();
         let ok = sys_free.insert_all(released);
+        // Engine invariant: `write_checkpoint_inner` checked this under the same
+        // system lock.
         assert!(ok, "released system pages were already free");
         let extents = self.space.extents.lock();
         let file_pages = extents.file_pages();

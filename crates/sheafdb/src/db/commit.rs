@@ -113,6 +113,9 @@ impl DbShared {
         durability: Durability,
         payload: Option<Vec<u8>>,
     ) -> Result<()> {
+        // Frees decided by file contents are checked before anything is
+        // logged: a corrupt tree fails this commit, not the process.
+        st.pages.check_frees()?;
         let version = st.base.version.next();
         let result = match payload {
             Some(p) if (p.len() as u64) <= self.wal().options().max_record_bytes => {
@@ -344,7 +347,8 @@ impl DbShared {
                 let written = st
                     .fold_base()
                     .and_then(|()| st.apply_writes())
-                    .and_then(|()| st.flush_tables());
+                    .and_then(|()| st.flush_tables())
+                    .and_then(|()| st.pages.check_frees());
                 written.map_err(|e| st.fail(e))?;
             }
         }

@@ -130,6 +130,7 @@ impl Replayer {
                     r.write_trees()?;
                 }
                 r.state.flush_tables()?;
+                r.state.pages.check_frees()?;
             }
             let mut slot = r.cf.writer.lock();
             let version = slot.head.version.next();

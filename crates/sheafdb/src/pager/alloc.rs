@@ -712,6 +712,47 @@ impl CfAllocator {
         self.assert_invariants();
     }
 
+    /// Checks that a commit may free the committed runs `freed` (DESIGN §11,
+    /// issue 12): each lies inside the CF's extents, is live (not free, not
+    /// allocated by a transaction in flight, not freed by an earlier
+    /// commit), has the length it was committed with, and no two overlap.
+    /// The runs come from the file (child and overflow pointers), so a
+    /// violation is `Corrupted`, found before the commit is logged; once
+    /// this passed, [`CfAllocator::commit`]'s asserts guard only the
+    /// engine's own bookkeeping.
+    pub fn check_freeable(&self, freed: &[(PageId, u32)]) -> Result<()> {
+        let mut owned = RangeSet::new();
+        for e in &self.extents {
+            owned.insert(e.start.0, e.pages);
+        }
+        let mut seen = RangeSet::new();
+        let bad = |p: PageId, what: &str| {
+            Err(Error::corrupted_page(
+                p,
+                format!("cf {}: a commit frees a run {what}", self.cf),
+            ))
+        };
+        for &(p, n) in freed {
+            let len = u64::from(n);
+            if n == 0 || !owned.contains_all(p.0, len) {
+                return bad(p, "outside the CF's extents");
+            }
+            if !seen.insert(p.0, len) {
+                return bad(p, "twice (two references to one page or run)");
+            }
+            if self.free.intersects(p.0, len) || self.uncommitted.intersects(p.0, len) {
+                return bad(p, "the allocator holds free (a live page it calls free)");
+            }
+            if self.freed.contains_key(&p.0) {
+                return bad(p, "an earlier commit already freed");
+            }
+            if self.recent.get(&p.0).is_some_and(|&(rn, _)| rn != n) {
+                return bad(p, "with another length than it was allocated with");
+            }
+        }
+        Ok(())
+    }
+
     /// Forgets every page of a dropped CF: returns the runs that were
     /// committed since the base (their cached copies can go) and clears the
     /// dirty count. The extents themselves are released by the caller.

@@ -100,6 +100,14 @@ impl TxnPages {
         std::mem::take(&mut self.freed_committed)
     }
 
+    /// `Corrupted` unless the allocator may free the committed runs this
+    /// transaction dropped from its trees
+    /// ([`CfAllocator::check_freeable`]); called before the commit's WAL
+    /// append.
+    pub fn check_frees(&self) -> Result<()> {
+        self.alloc.lock().check_freeable(&self.freed_committed)
+    }
+
     /// Gives every private run back to the allocator (abort).
     pub fn rollback(&mut self) {
         let mut alloc = self.alloc.lock();

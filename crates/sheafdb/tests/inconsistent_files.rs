@@ -1,0 +1,633 @@
+//! Issue 12: files whose pages are each valid (checksums fixed after the
+//! edit) but together impossible. Each case edits a real database file:
+//! aliased overflow runs and children, cycles, pointers outside the CF's
+//! extents or at pages of the wrong type, a leaf that lost a cell. For
+//! each: `check_integrity` reports `Corrupted`; reads, writes + commit, a
+//! checkpoint and close give `Corrupted` (or another clean error) or data
+//! — never a panic, never a hang. A commit that fails must leave the
+//! database readable.
+
+mod common;
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use common::{builder, def, files_of, Files};
+use sheafdb::storage::sim::SimVfs;
+use sheafdb::testing::{Superblock, SLOT_LEN};
+use sheafdb::{Database, Error};
+
+const NAME: &str = "i.sheaf";
+const PS: usize = 4096;
+const TYPE_BRANCH: u8 = 1;
+const TYPE_LEAF: u8 = 2;
+const TYPE_OVERFLOW: u8 = 3;
+
+/// Keys with 6,000-byte values (two-page overflow runs), and small ones
+/// that give the tree branches.
+fn big_key(i: u32) -> Vec<u8> {
+    format!("big{i:03}").into_bytes()
+}
+fn big_value(i: u32) -> Vec<u8> {
+    (0..6000u32).map(|j| (i * 7 + j) as u8).collect()
+}
+fn small_key(i: u32) -> Vec<u8> {
+    format!("small{i:04}").into_bytes()
+}
+
+fn build() -> Files {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), NAME)
+        .unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(def("t")).unwrap();
+        for i in 0..24 {
+            t.insert(big_key(i).as_slice(), big_value(i).as_slice())
+                .unwrap();
+        }
+        for i in 0..600 {
+            t.insert(small_key(i).as_slice(), b"v".as_slice()).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db.close().unwrap();
+    files_of(&vfs)
+}
+
+/// A data file image with page-level editing (offsets from the format
+/// docs: `format::page` and `btree::node`).
+struct Image {
+    bytes: Vec<u8>,
+}
+
+struct LeafCell {
+    /// Offset of the cell in the file.
+    at: usize,
+    vlen: u32,
+    overflow: Option<u64>,
+}
+
+impl Image {
+    fn u16_at(&self, at: usize) -> usize {
+        u16::from_le_bytes(self.bytes[at..at + 2].try_into().unwrap()) as usize
+    }
+    fn u32_at(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.bytes[at..at + 4].try_into().unwrap())
+    }
+    fn u64_at(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.bytes[at..at + 8].try_into().unwrap())
+    }
+    fn set_u64(&mut self, at: usize, v: u64) {
+        self.bytes[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Ids of the pages whose header names them and has type `ty`.
+    fn pages(&self, ty: u8) -> Vec<u64> {
+        (0..self.bytes.len() / PS)
+            .map(|i| i as u64)
+            .filter(|&id| {
+                let at = id as usize * PS;
+                self.bytes[at + 4] == ty && self.u64_at(at + 8) == id
+            })
+            .collect()
+    }
+
+    fn cf_of(&self, id: u64) -> u64 {
+        self.u64_at(id as usize * PS + 16)
+    }
+
+    /// Recomputes the checksum of the run starting at page `id`.
+    fn reseal(&mut self, id: u64) {
+        let at = id as usize * PS;
+        let npages = self.u32_at(at + 24).max(1) as usize;
+        let crc = crc32c::crc32c(&self.bytes[at + 4..at + npages * PS]);
+        self.bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    fn count(&self, id: u64) -> usize {
+        self.u16_at(id as usize * PS + 6)
+    }
+
+    fn cell_at(&self, id: u64, i: usize) -> usize {
+        id as usize * PS + self.u16_at(id as usize * PS + 48 + 2 * i)
+    }
+
+    fn leaf_cells(&self, id: u64) -> Vec<LeafCell> {
+        (0..self.count(id))
+            .map(|i| {
+                let at = self.cell_at(id, i);
+                let klen = self.u16_at(at);
+                let vlen = self.u32_at(at + 2);
+                let overflow = (self.bytes[at + 6] == 1).then(|| self.u64_at(at + 7 + klen));
+                LeafCell { at, vlen, overflow }
+            })
+            .collect()
+    }
+
+    /// File offset of branch `id`'s child pointer `i` (`count` = rightmost).
+    fn child_at(&self, id: u64, i: usize) -> usize {
+        if i == self.count(id) {
+            id as usize * PS + 40
+        } else {
+            self.cell_at(id, i)
+        }
+    }
+
+    fn user_pages(&self, ty: u8) -> Vec<u64> {
+        let mut v = self.pages(ty);
+        v.retain(|&p| self.cf_of(p) == 1);
+        v
+    }
+}
+
+/// One inconsistency: its name and the edit that makes it.
+type Case = (&'static str, fn(&mut Image) -> bool);
+
+fn overflow_alias(img: &mut Image) -> bool {
+    for leaf in img.user_pages(TYPE_LEAF) {
+        let cells = img.leaf_cells(leaf);
+        let runs: Vec<&LeafCell> = cells.iter().filter(|c| c.overflow.is_some()).collect();
+        if let [a, b, ..] = runs.as_slice() {
+            if a.vlen == b.vlen {
+                let klen = img.u16_at(a.at);
+                let (at, target) = (a.at + 7 + klen, b.overflow.unwrap());
+                img.set_u64(at, target);
+                img.reseal(leaf);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn overflow_at_a_leaf(img: &mut Image) -> bool {
+    let leaves = img.user_pages(TYPE_LEAF);
+    for &leaf in &leaves {
+        if let Some(c) = img.leaf_cells(leaf).iter().find(|c| c.overflow.is_some()) {
+            let klen = img.u16_at(c.at);
+            let other = *leaves.iter().find(|&&l| l != leaf).unwrap();
+            img.set_u64(c.at + 7 + klen, other);
+            img.reseal(leaf);
+            return true;
+        }
+    }
+    false
+}
+
+fn overflow_past_the_file(img: &mut Image) -> bool {
+    let past = (img.bytes.len() / PS) as u64 + 1000;
+    for leaf in img.user_pages(TYPE_LEAF) {
+        if let Some(c) = img.leaf_cells(leaf).iter().find(|c| c.overflow.is_some()) {
+            let klen = img.u16_at(c.at);
+            img.set_u64(c.at + 7 + klen, past);
+            img.reseal(leaf);
+            return true;
+        }
+    }
+    false
+}
+
+/// Edits child pointer `from` of the first user branch with two or more
+/// cells to the value `to(img, branch)` gives.
+fn edit_child(img: &mut Image, from: usize, to: impl Fn(&Image, u64) -> u64) -> bool {
+    for b in img.user_pages(TYPE_BRANCH) {
+        if img.count(b) >= 2 {
+            let target = to(img, b);
+            let at = img.child_at(b, from);
+            img.set_u64(at, target);
+            img.reseal(b);
+            return true;
+        }
+    }
+    false
+}
+
+fn sibling_alias(img: &mut Image) -> bool {
+    edit_child(img, 0, |img, b| img.u64_at(img.child_at(b, 1)))
+}
+
+fn rightmost_is_first(img: &mut Image) -> bool {
+    for b in img.user_pages(TYPE_BRANCH) {
+        if img.count(b) >= 2 {
+            let first = img.u64_at(img.child_at(b, 0));
+            let at = img.child_at(b, img.count(b));
+            img.set_u64(at, first);
+            img.reseal(b);
+            return true;
+        }
+    }
+    false
+}
+
+fn child_cycle(img: &mut Image) -> bool {
+    edit_child(img, 1, |_, b| b)
+}
+
+fn child_past_the_file(img: &mut Image) -> bool {
+    let past = (img.bytes.len() / PS) as u64 + 7;
+    edit_child(img, 1, move |_, _| past)
+}
+
+fn child_at_an_overflow_run(img: &mut Image) -> bool {
+    let run = img.user_pages(TYPE_OVERFLOW)[0];
+    edit_child(img, 1, move |_, _| run)
+}
+
+fn child_in_the_system_cf(img: &mut Image) -> bool {
+    let sys: Vec<u64> = img
+        .pages(TYPE_LEAF)
+        .into_iter()
+        .chain(img.pages(TYPE_BRANCH))
+        .filter(|&p| img.cf_of(p) == 0)
+        .collect();
+    let Some(&target) = sys.first() else {
+        return false;
+    };
+    edit_child(img, 1, move |_, _| target)
+}
+
+fn leaf_loses_its_last_cell(img: &mut Image) -> bool {
+    for leaf in img.user_pages(TYPE_LEAF) {
+        let n = img.count(leaf);
+        if n >= 4 {
+            let at = leaf as usize * PS + 6;
+            img.bytes[at..at + 2].copy_from_slice(&((n - 1) as u16).to_le_bytes());
+            img.reseal(leaf);
+            return true;
+        }
+    }
+    false
+}
+
+/// The current superblock (the slot with the higher generation).
+fn superblock(img: &Image) -> Superblock {
+    (0..2u8)
+        .filter_map(|slot| {
+            let at = slot as usize * PS;
+            Superblock::decode(&img.bytes[at..at + SLOT_LEN], slot)
+                .ok()
+                .flatten()
+        })
+        .max_by_key(|sb| sb.generation)
+        .expect("a written superblock")
+}
+
+/// The pages reachable from tree root `root`, leaves last of their level.
+fn tree_pages(img: &Image, root: u64) -> Vec<u64> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while let Some(&p) = out.get(i) {
+        if img.bytes[p as usize * PS + 4] == TYPE_BRANCH {
+            for c in 0..=img.count(p) {
+                out.push(img.u64_at(img.child_at(p, c)));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `(leaf, file offset of the value)` of the cell whose key is `key` in
+/// the tree at `root`.
+fn value_in(img: &Image, root: u64, key: &[u8]) -> Option<(u64, usize)> {
+    for leaf in tree_pages(img, root) {
+        if img.bytes[leaf as usize * PS + 4] != TYPE_LEAF {
+            continue;
+        }
+        for c in img.leaf_cells(leaf) {
+            let klen = img.u16_at(c.at);
+            if c.overflow.is_none() && &img.bytes[c.at + 7..c.at + 7 + klen] == key {
+                return Some((leaf, c.at + 7 + klen));
+            }
+        }
+    }
+    None
+}
+
+/// The CF descriptor of CF 1 in the system tree: `(leaf, value offset)`.
+fn descriptor(img: &Image) -> Option<(u64, usize)> {
+    let mut key = vec![b'C'];
+    key.extend_from_slice(&1u64.to_be_bytes());
+    value_in(img, superblock(img).sys_root?.0, &key)
+}
+
+/// CF 1's catalog root, from its descriptor.
+fn catalog_root(img: &Image) -> Option<u64> {
+    let (_, at) = descriptor(img)?;
+    let name_len = img.u32_at(at) as usize;
+    Some(img.u64_at(at + 4 + name_len))
+}
+
+/// `(leaf, value offset)` of table "t"'s catalog entry.
+fn value_of(img: &Image) -> Option<(u64, usize)> {
+    value_in(img, catalog_root(img)?, b"t")
+}
+
+/// Edits the catalog entry of table "t" (`TableMeta`: id, root, len, …).
+fn edit_table_meta(img: &mut Image, field: usize, to: impl Fn(&Image, u64, u64) -> u64) -> bool {
+    let Some((leaf, at)) = value_of(img) else {
+        return false;
+    };
+    let old = img.u64_at(at + field);
+    let new = to(img, leaf, old);
+    img.set_u64(at + field, new);
+    img.reseal(leaf);
+    true
+}
+
+fn table_root_at_an_overflow_run(img: &mut Image) -> bool {
+    edit_table_meta(img, 8, |img, _, _| img.user_pages(TYPE_OVERFLOW)[0])
+}
+
+fn table_root_is_the_catalog(img: &mut Image) -> bool {
+    edit_table_meta(img, 8, |_, catalog_leaf, _| catalog_leaf)
+}
+
+fn table_count_wrong(img: &mut Image) -> bool {
+    edit_table_meta(img, 16, |_, _, len| len + 5)
+}
+
+fn catalog_root_at_an_overflow_run(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    let run = img.user_pages(TYPE_OVERFLOW)[0];
+    img.set_u64(at + 4 + name_len, run);
+    img.reseal(leaf);
+    true
+}
+
+fn free_list_names_a_live_page(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    let ranges = at + 4 + name_len + 5 * 8;
+    if img.u32_at(ranges) == 0 {
+        return false;
+    }
+    // A live leaf below the second free range (the first is replaced).
+    let below = match img.u32_at(ranges) {
+        1 => u64::MAX,
+        _ => img.u64_at(ranges + 4 + 16),
+    };
+    let Some(root) = catalog_root(img) else {
+        return false;
+    };
+    let Some(table_root) = value_in(img, root, b"t").map(|(_, at)| img.u64_at(at + 8)) else {
+        return false;
+    };
+    let Some(live) = tree_pages(img, table_root)
+        .into_iter()
+        .filter(|&p| p < below)
+        .min()
+    else {
+        return false;
+    };
+    img.set_u64(ranges + 4, live);
+    img.set_u64(ranges + 12, 1);
+    img.reseal(leaf);
+    true
+}
+
+fn extents_overlap(img: &mut Image) -> bool {
+    let sb = superblock(img);
+    let Some(meta) = sb.meta_page else {
+        return false;
+    };
+    let at = meta.0 as usize * PS + 32; // the blob's payload
+    let n = img.u32_at(at + 8) as usize;
+    if n < 2 {
+        return false;
+    }
+    let first = at + 12;
+    let (start0, pages0) = (img.u64_at(first), img.u64_at(first + 8));
+    // The second extent starts inside the first.
+    img.set_u64(first + 24, start0 + pages0 / 2);
+    img.reseal(meta.0);
+    true
+}
+
+const CASES: &[Case] = &[
+    ("overflow run shared by two cells", overflow_alias),
+    ("overflow pointer at a leaf page", overflow_at_a_leaf),
+    ("overflow pointer past the file", overflow_past_the_file),
+    ("child shared by two branch cells", sibling_alias),
+    ("rightmost child is the first child", rightmost_is_first),
+    ("child pointing at its own parent", child_cycle),
+    ("child past the file", child_past_the_file),
+    ("child at an overflow run", child_at_an_overflow_run),
+    ("child in the system CF", child_in_the_system_cf),
+    (
+        "leaf lost a cell (entry count wrong)",
+        leaf_loses_its_last_cell,
+    ),
+    (
+        "table root at an overflow run",
+        table_root_at_an_overflow_run,
+    ),
+    (
+        "table root is the catalog's leaf",
+        table_root_is_the_catalog,
+    ),
+    ("table entry count wrong", table_count_wrong),
+    (
+        "catalog root at an overflow run",
+        catalog_root_at_an_overflow_run,
+    ),
+    ("free list names a live page", free_list_names_a_live_page),
+    ("extents overlap", extents_overlap),
+];
+
+fn acceptable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Corrupted { .. } | Error::Poisoned(_) | Error::KeyTooLarge { .. }
+    )
+}
+
+/// `Ok`, or an error the case explains; panics (failing the test) on any
+/// other error.
+fn tolerate<T>(case: &str, step: &str, r: sheafdb::Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) if acceptable(&e) => None,
+        Err(e) => panic!("{case}: {step} gave an unexpected error: {e:?}"),
+    }
+}
+
+fn restore(files: &Files, image: &Image) -> SimVfs {
+    let vfs = SimVfs::new();
+    for (n, b) in files {
+        vfs.set_file_bytes(n, b.clone());
+    }
+    vfs.set_file_bytes(NAME, image.bytes.clone());
+    vfs
+}
+
+fn open(vfs: &SimVfs) -> sheafdb::Result<Database> {
+    builder()
+        .background_checkpoints(false)
+        .open_with_vfs(Arc::new(vfs.clone()), NAME)
+}
+
+/// Reads every key and both directions of the table.
+fn read_all(case: &str, db: &Database) {
+    let Some(rx) = tolerate(case, "begin_read", db.begin_read()) else {
+        return;
+    };
+    let Some(t) = tolerate(case, "open_table", rx.open_table(def("t"))) else {
+        return;
+    };
+    for i in 0..24 {
+        if let Some(Some(v)) = tolerate(case, "get", t.get(big_key(i).as_slice())) {
+            assert_eq!(v.value().len(), 6000, "{case}: a value of another length");
+        }
+    }
+    for i in (0..600).step_by(7) {
+        let _ = tolerate(case, "get", t.get(small_key(i).as_slice()));
+    }
+    for rev in [false, true] {
+        let Some(iter) = tolerate(case, "iter", t.iter()) else {
+            continue;
+        };
+        let items: Box<dyn Iterator<Item = _>> = if rev {
+            Box::new(iter.rev())
+        } else {
+            Box::new(iter)
+        };
+        for item in items.take(2000) {
+            if tolerate(case, "iteration", item).is_none() {
+                break;
+            }
+        }
+    }
+    let _ = tolerate(case, "len", t.len());
+}
+
+/// Removes and rewrites keys on both sides of the damage, commits,
+/// checkpoints (which folds the buffered commit into the trees) and
+/// closes.
+fn write_all(case: &str, vfs: &SimVfs, db: Database) {
+    // A small transaction: a buffered commit, folded by the checkpoint.
+    let small = || -> sheafdb::Result<()> {
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(def("t"))?;
+            for i in 0..4 {
+                t.remove(big_key(i).as_slice())?;
+            }
+            t.remove(small_key(0).as_slice())?;
+            t.insert(small_key(5).as_slice(), b"x".as_slice())?;
+        }
+        tx.commit()
+    };
+    let _ = tolerate(case, "small writes + commit", small());
+    let r = db.checkpoint();
+    let _ = tolerate(case, "checkpoint folding a buffered commit", r);
+    read_all(case, &db);
+    let run = || -> sheafdb::Result<()> {
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(def("t"))?;
+            for i in 0..24 {
+                if i % 2 == 0 {
+                    t.remove(big_key(i).as_slice())?;
+                } else {
+                    t.insert(big_key(i).as_slice(), big_value(i + 1).as_slice())?;
+                }
+            }
+            for i in (0..600).step_by(3) {
+                t.remove(small_key(i).as_slice())?;
+            }
+            for i in 600..900 {
+                t.insert(small_key(i).as_slice(), b"w".as_slice())?;
+            }
+        }
+        tx.commit()
+    };
+    let committed = tolerate(case, "writes + commit", run()).is_some();
+    // Whatever happened, the database still answers reads (or says it is
+    // poisoned).
+    read_all(case, &db);
+    let _ = tolerate(case, "checkpoint", db.checkpoint());
+    read_all(case, &db);
+    let _ = tolerate(case, "check_integrity after writes", db.check_integrity());
+    let _ = tolerate(case, "close", db.close());
+    if committed {
+        return;
+    }
+    // The failed commit logged nothing: after a reopen its writes are
+    // absent.
+    if let Some(db) = tolerate(case, "reopen", open(vfs)) {
+        let rx = tolerate(case, "begin_read", db.begin_read());
+        let t = rx.and_then(|rx| tolerate(case, "open_table", rx.open_table(def("t"))));
+        if let Some(Some(found)) =
+            t.map(|t| tolerate(case, "get", t.get(small_key(650).as_slice())))
+        {
+            assert!(found.is_none(), "{case}: a failed commit's write survived");
+        }
+    }
+}
+
+fn run_case(files: &Files, (name, edit): Case) {
+    let mut img = Image {
+        bytes: files[NAME].clone(),
+    };
+    assert!(edit(&mut img), "{name}: the edit found nothing to change");
+    let vfs = restore(files, &img);
+    match open(&vfs) {
+        Ok(db) => {
+            let r = db.check_integrity();
+            assert!(
+                matches!(r, Err(Error::Corrupted { .. })),
+                "{name}: check_integrity gave {r:?}"
+            );
+            drop(db);
+        }
+        Err(e) => {
+            assert!(acceptable(&e), "{name}: open gave {e:?}");
+            return;
+        }
+    }
+    let vfs = restore(files, &img);
+    let db = match open(&vfs) {
+        Ok(db) => db,
+        Err(e) => return assert!(acceptable(&e), "{name}: open gave {e:?}"),
+    };
+    read_all(name, &db);
+    write_all(name, &vfs, db);
+}
+
+#[test]
+fn checksum_valid_inconsistencies_give_errors_not_panics() {
+    let files = build();
+    let mut failures = Vec::new();
+    for &case in CASES {
+        let files = files.clone();
+        let (tx, rx) = mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            run_case(&files, case);
+            tx.send(()).unwrap();
+        });
+        // A hang guard, not a timing.
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(()) => worker.join().unwrap(),
+            Err(mpsc::RecvTimeoutError::Timeout) => failures.push(format!("{}: hung", case.0)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let e = worker.join().unwrap_err();
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(format!("{}: panicked: {msg}", case.0));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
