@@ -251,7 +251,7 @@ fn multi_cf_transfers_survive_power_loss_whole() {
     let cases = std::env::var("SHEAF_BANK_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(400u64);
+        .unwrap_or(1500u64);
     for seed in 0..cases {
         power_loss_case(seed);
     }

@@ -310,7 +310,7 @@ fn crash_sequences_over_mixed_durability_and_checkpoints() {
     let cases: u64 = std::env::var("SHEAF_SEQUENCE_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(2500);
     for seed in 0..cases {
         run_case(seed);
     }

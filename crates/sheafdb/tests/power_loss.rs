@@ -94,7 +94,7 @@ fn power_loss_at_random_points() {
     let cases: u64 = std::env::var("SHEAF_POWER_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(5000);
     for seed in 0..cases {
         run_case(seed);
     }
