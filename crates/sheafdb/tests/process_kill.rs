@@ -8,8 +8,14 @@
 //! prefix of its commits, and that `check_integrity()` passes. The same
 //! files go through every round, so recovery runs after recovery.
 //!
+//! A second test (issue 12) kills a child whose three threads make
+//! `Immediate` multi-CF transfers while a fourth checkpoints: after each
+//! kill every acknowledged transfer is there, each thread's log is a
+//! prefix, the total over all CFs is unchanged and `check_integrity()`
+//! passes.
+//!
 //! The child is this test binary, re-run with `--ignored --exact
-//! kill_child` and `SHEAF_KILL_DIR` set. `SHEAF_KILL_ROUNDS` (default 60)
+//! kill_child` (or `bank_child`) and `SHEAF_KILL_DIR` set. `SHEAF_KILL_ROUNDS` (default 60)
 //! sets the number of kills; the seed is printed and `SHEAF_SEED` replays
 //! the kill timings.
 
@@ -144,12 +150,18 @@ fn parse(lines: &[String]) -> Acks {
 
 /// Runs one child for about `delay`, kills it, returns its stdout lines.
 fn run_and_kill(dir: &Path, seed: u64, delay: Duration) -> Vec<String> {
+    run_child("kill_child", dir, seed, delay)
+}
+
+/// Runs the ignored test `name` as a child for about `delay`, kills it
+/// with SIGKILL, returns its stdout lines.
+fn run_child(name: &str, dir: &Path, seed: u64, delay: Duration) -> Vec<String> {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args([
             "--ignored",
             "--exact",
-            "kill_child",
+            name,
             "--nocapture",
             "--test-threads=1",
         ])
@@ -254,4 +266,187 @@ fn process_kill_at_random_moments() {
     eprintln!(
         "process_kill: {rounds} kills, {checks} checks, {total_acks} lines, counters {need:?}"
     );
+}
+
+// ---- Several threads, multi-CF transfers (issue 12) ----
+
+const BANK_CFS: [&str; 3] = ["x", "y", "z"];
+const BAL: TableDefinition<u64, i64> = TableDefinition::new("bal");
+/// (thread, seq) → amount, in the transfer's source CF.
+const LOG: TableDefinition<(u64, u64), i64> = TableDefinition::new("log");
+const ACCOUNTS: u64 = 8;
+const START: i64 = 1000;
+const THREADS: u64 = 3;
+
+/// The child: sets the accounts up (once), then three threads make
+/// `Immediate` multi-CF transfers (each also logs `(thread, seq)` in its
+/// source CF) and a fourth checkpoints, until it is killed.
+#[test]
+#[ignore = "run by transfers_survive_kills_at_random_moments as a child process"]
+fn bank_child() {
+    let dir = std::env::var("SHEAF_KILL_DIR").expect("SHEAF_KILL_DIR");
+    let seed: u64 = std::env::var("SHEAF_KILL_CHILD_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let db = std::sync::Arc::new(builder().create(Path::new(&dir).join(FILE)).unwrap());
+    let cfs: Vec<_> = BANK_CFS
+        .iter()
+        .map(|n| db.cf_or_create(n).unwrap())
+        .collect();
+    if bank_state(&db).is_none() {
+        let refs: Vec<&sheafdb::ColumnFamily> = cfs.iter().collect();
+        let tx = db.begin_write_cfs(&refs).unwrap();
+        for cf in &cfs {
+            let mut t = tx.open_table(cf, BAL).unwrap();
+            for a in 0..ACCOUNTS {
+                t.insert(a, START).unwrap();
+            }
+            tx.open_table(cf, LOG).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let next: Vec<u64> = (0..THREADS)
+        .map(|t| bank_state(&db).unwrap().1[t as usize] + 1)
+        .collect();
+    let out = std::sync::Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    writeln!(out.lock().unwrap(), "ready").unwrap();
+    let mut threads = Vec::new();
+    for t in 0..THREADS {
+        let (db, out, cfs) = (db.clone(), out.clone(), cfs.clone());
+        let first = next[t as usize];
+        threads.push(thread::spawn(move || {
+            let mut rng = StdRng::seed_from_u64(seed ^ (t << 32));
+            for seq in first.. {
+                let (s, d) = (rng.gen_range(0..3), rng.gen_range(0..3));
+                let amount = rng.gen_range(1..50);
+                let (ka, kb) = (rng.gen_range(0..ACCOUNTS), rng.gen_range(0..ACCOUNTS));
+                let tx = db.begin_write_cfs(&[&cfs[s], &cfs[d]]).unwrap();
+                {
+                    let mut a = tx.open_table(&cfs[s], BAL).unwrap();
+                    let v = a.get(ka).unwrap().unwrap().value();
+                    a.insert(ka, v - amount).unwrap();
+                    tx.open_table(&cfs[s], LOG)
+                        .unwrap()
+                        .insert((t, seq), amount)
+                        .unwrap();
+                }
+                {
+                    let mut b = tx.open_table(&cfs[d], BAL).unwrap();
+                    let v = b.get(kb).unwrap().unwrap().value();
+                    b.insert(kb, v + amount).unwrap();
+                }
+                tx.commit().unwrap(); // Immediate: durable when it returns
+                let mut o = out.lock().unwrap();
+                writeln!(o, "ack {t} {seq}").unwrap();
+                o.flush().unwrap();
+            }
+        }));
+    }
+    let db2 = db.clone();
+    threads.push(thread::spawn(move || loop {
+        thread::sleep(Duration::from_millis(15));
+        db2.checkpoint().unwrap();
+    }));
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// The total over every account, and per thread the highest logged seq
+/// (checked to be the prefix `1..=n`); `None` before the setup commit.
+fn bank_state(db: &Database) -> Option<(i64, Vec<u64>)> {
+    let rx = db.begin_read().unwrap();
+    let mut total = 0;
+    let mut seqs: Vec<Vec<u64>> = vec![Vec::new(); THREADS as usize];
+    for name in BANK_CFS {
+        let cf = db.cf_or_create(name).unwrap();
+        let bal = match rx.open_table_in(&cf, BAL) {
+            Ok(t) => t,
+            Err(sheafdb::Error::TableNotFound(_) | sheafdb::Error::CfNotFound(_)) => return None,
+            Err(e) => panic!("{name}: {e}"),
+        };
+        for e in bal.iter().unwrap() {
+            total += e.unwrap().1.value();
+        }
+        for e in rx.open_table_in(&cf, LOG).unwrap().iter().unwrap() {
+            let ((t, seq), _) = e.map(|(k, v)| (k.value(), v.value())).unwrap();
+            seqs[t as usize].push(seq);
+        }
+    }
+    let tops = seqs
+        .into_iter()
+        .enumerate()
+        .map(|(t, mut s)| {
+            s.sort_unstable();
+            let n = s.len() as u64;
+            assert_eq!(s, (1..=n).collect::<Vec<_>>(), "thread {t}: not a prefix");
+            n
+        })
+        .collect();
+    Some((total, tops))
+}
+
+#[test]
+fn transfers_survive_kills_at_random_moments() {
+    let seed: u64 = std::env::var("SHEAF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xBA4C);
+    let rounds: u64 = std::env::var("SHEAF_KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    eprintln!("bank kills: seed {seed}, {rounds} rounds (SHEAF_SEED replays)");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let mut need = vec![0u64; THREADS as usize];
+    let mut acked = 0;
+    for round in 0..rounds {
+        let delay = if rng.gen_bool(0.2) {
+            Duration::from_millis(rng.gen_range(0..15))
+        } else {
+            Duration::from_millis(rng.gen_range(30..200))
+        };
+        let lines = run_child("bank_child", dir.path(), seed ^ round, delay);
+        for line in &lines {
+            if let ["ack", t, seq] = line.split_whitespace().collect::<Vec<_>>().as_slice() {
+                let t: usize = t.parse().unwrap();
+                need[t] = need[t].max(seq.parse().unwrap());
+                acked += 1;
+            }
+        }
+        let ctx = format!("seed {seed} round {round} ({delay:?})");
+        let db = match builder().open(dir.path().join(FILE)) {
+            Ok(db) => db,
+            // Killed before the file was ever created.
+            Err(sheafdb::Error::NotADatabase(_) | sheafdb::Error::Io(_)) if round == 0 => continue,
+            Err(e) => panic!("{ctx}: reopen failed: {e}"),
+        };
+        if let Some((total, tops)) = bank_state(&db) {
+            assert_eq!(
+                total,
+                START * (ACCOUNTS * BANK_CFS.len() as u64) as i64,
+                "{ctx}: money created or lost across CFs"
+            );
+            for t in 0..THREADS as usize {
+                assert!(
+                    tops[t] >= need[t],
+                    "{ctx}: thread {t} lost acknowledged transfers: has {}, acked {}",
+                    tops[t],
+                    need[t]
+                );
+                need[t] = tops[t];
+            }
+        } else {
+            assert!(need.iter().all(|&n| n == 0), "{ctx}: the accounts vanished");
+        }
+        db.check_integrity()
+            .unwrap_or_else(|e| panic!("{ctx}: integrity: {e}"));
+    }
+    assert!(
+        acked > rounds,
+        "the children acknowledged almost nothing ({acked})"
+    );
+    eprintln!("bank kills: {rounds} kills, {acked} acknowledged transfers, tops {need:?}");
 }
