@@ -24,6 +24,8 @@ pub(crate) mod buffer;
 pub(crate) mod db;
 pub(crate) mod error;
 pub(crate) mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod lock_rank;
 pub(crate) mod pager;
 pub mod storage;

@@ -41,6 +41,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["btree", "buffer", "error", "txn", "types", "wal"],
     ),
     ("testing", &["format", "types", "wal"]),
+    // The fuzz targets' entry points: the decoders and the whole engine.
+    (
+        "fuzzing",
+        &[
+            "btree", "db", "error", "format", "pager", "storage", "table", "txn", "types", "wal",
+        ],
+    ),
     (
         "db",
         &[
@@ -87,6 +94,7 @@ const LAYERS: &[&[&str]] = &[
     &["txn", "testing"],
     &["table"],
     &["db"],
+    &["fuzzing"],
     &["lib"],
 ];
 
