@@ -542,10 +542,12 @@ impl CfAllocator {
         let released = std::mem::take(&mut *self.released.lock());
         let mut now_free = Vec::new();
         for (p, n) in released {
-            let f = self
-                .freed
-                .get_mut(&p.0)
-                .unwrap_or_else(|| panic!("released run {p} was not freed in cf {}", self.cf));
+            let f = self.freed.get_mut(&p.0).unwrap_or_else(|| {
+                panic!(
+                    "engine invariant: a released run {p} was freed by a commit in cf {}",
+                    self.cf
+                )
+            });
             assert_eq!(f.npages, n, "released run {p} changed length");
             debug_assert_eq!(f.state, FreedState::Pinned);
             let in_base = f.allocated_at <= self.base_version && f.freed_at > self.base_version;
@@ -561,7 +563,11 @@ impl CfAllocator {
                 }
                 self.freed.remove(&p.0);
                 let ok = self.free.insert(p.0, n as u64);
-                assert!(ok, "released run {p} was already free in cf {}", self.cf);
+                assert!(
+                    ok,
+                    "engine invariant (frees checked at commit): released run {p} was already free in cf {}",
+                    self.cf
+                );
                 now_free.push((p, n));
             }
         }
@@ -618,7 +624,11 @@ impl CfAllocator {
         for p in ready {
             let f = self.freed.remove(&p).expect("listed");
             let ok = self.free.insert(p, f.npages as u64);
-            assert!(ok, "run {p} freed twice in cf {}", self.cf);
+            assert!(
+                ok,
+                "engine invariant (frees checked at commit): run {p} freed twice in cf {}",
+                self.cf
+            );
             now_free.push((PageId(p), f.npages));
         }
         self.assert_invariants();
@@ -685,7 +695,11 @@ impl CfAllocator {
     ) {
         for &(p, n) in allocated {
             let ok = self.uncommitted.remove(p.0, n as u64);
-            assert!(ok, "committed run {p} was not allocated in cf {}", self.cf);
+            assert!(
+                ok,
+                "engine invariant: a committed private run {p} was allocated by this transaction in cf {}",
+                self.cf
+            );
             self.recent.insert(p.0, (n, version));
             self.dirty_counter.fetch_add(n as u64, Ordering::Relaxed);
         }
@@ -694,7 +708,10 @@ impl CfAllocator {
             // only copy is in memory) until written or released.
             let (allocated_at, written) = match self.recent.remove(&p.0) {
                 Some((rn, a)) => {
-                    assert_eq!(rn, n, "run {p} freed with another length");
+                    assert_eq!(
+                        rn, n,
+                        "engine invariant (check_freeable ran first): run {p} freed with another length"
+                    );
                     (a, false)
                 }
                 None => (Version(0), true),
@@ -707,7 +724,11 @@ impl CfAllocator {
                 written,
             };
             let fresh = self.freed.insert(p.0, f).is_none() && !self.free.intersects(p.0, n as u64);
-            assert!(fresh, "double free of committed {p}+{n} in cf {}", self.cf);
+            assert!(
+                fresh,
+                "engine invariant (check_freeable ran before the WAL append): double free of committed {p}+{n} in cf {}",
+                self.cf
+            );
         }
         self.assert_invariants();
     }
@@ -726,6 +747,21 @@ impl CfAllocator {
             owned.insert(e.start.0, e.pages);
         }
         let mut seen = RangeSet::new();
+        // Runs freed by earlier commits and runs committed since the base,
+        // as ranges: a freed run may not overlap the former at all, nor
+        // the latter except as exactly one of them. (Built once per tree
+        // commit; linear in the runs tracked.)
+        let pending = if freed.is_empty() {
+            RangeSet::new()
+        } else {
+            self.pending_set()
+        };
+        let mut recent = RangeSet::new();
+        if !freed.is_empty() {
+            for (&p, &(n, _)) in &self.recent {
+                recent.insert(p, u64::from(n));
+            }
+        }
         let bad = |p: PageId, what: &str| {
             Err(Error::corrupted_page(
                 p,
@@ -743,11 +779,17 @@ impl CfAllocator {
             if self.free.intersects(p.0, len) || self.uncommitted.intersects(p.0, len) {
                 return bad(p, "the allocator holds free (a live page it calls free)");
             }
-            if self.freed.contains_key(&p.0) {
+            if pending.intersects(p.0, len) {
                 return bad(p, "an earlier commit already freed");
             }
-            if self.recent.get(&p.0).is_some_and(|&(rn, _)| rn != n) {
-                return bad(p, "with another length than it was allocated with");
+            match self.recent.get(&p.0) {
+                Some(&(rn, _)) if rn != n => {
+                    return bad(p, "with another length than it was allocated with");
+                }
+                None if recent.intersects(p.0, len) => {
+                    return bad(p, "overlapping a run committed since the base");
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -819,6 +861,38 @@ mod tests {
         assert_eq!(&sizes[..4], &[4, 8, 16, 16]);
         assert!(sizes.iter().all(|&s| s <= 16));
         assert_eq!(sizes.iter().sum::<u64>() - 100, a.free_set().pages());
+    }
+
+    #[test]
+    fn frees_the_file_cannot_justify_are_refused() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        let run = a.alloc(3, &map);
+        let single = a.alloc(1, &map);
+        a.commit(Version(1), &[(run, 3), (single, 1)], &[]);
+        let corrupt = |r: Result<()>| matches!(r, Err(Error::Corrupted { .. }));
+        assert!(a.check_freeable(&[(run, 3), (single, 1)]).is_ok());
+        assert!(
+            corrupt(a.check_freeable(&[(single, 1), (single, 1)])),
+            "twice"
+        );
+        assert!(corrupt(a.check_freeable(&[(run, 2)])), "another length");
+        let inside = PageId(run.0 + 1);
+        assert!(
+            corrupt(a.check_freeable(&[(inside, 1)])),
+            "inside a live run"
+        );
+        assert!(corrupt(a.check_freeable(&[(PageId(10_000), 1)])), "outside");
+        let free = a.alloc(1, &map);
+        a.free_now(free, 1);
+        assert!(corrupt(a.check_freeable(&[(free, 1)])), "a free page");
+        a.commit(Version(2), &[], &[(run, 3)]);
+        assert!(corrupt(a.check_freeable(&[(run, 3)])), "freed before");
+        assert!(
+            corrupt(a.check_freeable(&[(inside, 1)])),
+            "inside a freed run"
+        );
+        assert!(a.check_freeable(&[(single, 1)]).is_ok());
     }
 
     #[test]
