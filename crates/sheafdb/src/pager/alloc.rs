@@ -759,7 +759,8 @@ impl CfAllocator {
         let mut recent = RangeSet::new();
         if !freed.is_empty() {
             for (&p, &(n, _)) in &self.recent {
-                recent.insert(p, u64::from(n));
+                let fresh = recent.insert(p, u64::from(n));
+                debug_assert!(fresh, "recent runs overlap in cf {}", self.cf);
             }
         }
         let bad = |p: PageId, what: &str| {
@@ -792,6 +793,11 @@ impl CfAllocator {
                 _ => {}
             }
         }
+        debug_assert_eq!(
+            seen.pages(),
+            freed.iter().map(|&(_, n)| u64::from(n)).sum::<u64>(),
+            "accepted frees are disjoint"
+        );
         Ok(())
     }
 
