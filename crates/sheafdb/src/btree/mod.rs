@@ -28,6 +28,7 @@
 //!   which is bounded by [`max_value_len`]): every decode is checked and
 //!   bad contents give `Error::Corrupted` naming the page.
 
+mod batch;
 mod cursor;
 mod dirty;
 mod mutate;
@@ -46,6 +47,7 @@ use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
 use crate::types::PageId;
 
+pub use batch::{apply_sorted, BatchWrite};
 pub use cursor::Cursor;
 pub use dirty::collect_dirty;
 pub use mutate::{check_limits, insert, remove};

@@ -34,10 +34,10 @@ const MAX_DEPTH: usize = MAX_LEVEL as usize + 1;
 /// The branches from the root down to (not including) a leaf, with the
 /// child index taken at each.
 #[derive(Clone, Copy)]
-struct Path {
-    ids: [PageId; MAX_DEPTH],
-    idx: [usize; MAX_DEPTH],
-    len: usize,
+pub(super) struct Path {
+    pub(super) ids: [PageId; MAX_DEPTH],
+    pub(super) idx: [usize; MAX_DEPTH],
+    pub(super) len: usize,
 }
 
 impl Path {
@@ -79,24 +79,28 @@ enum Edge {
     not(test),
     allow(dead_code, reason = "First/Last are reached only from test drivers")
 )]
-enum Target<'k> {
+pub(super) enum Target<'k> {
     Key(&'k [u8]),
     First,
     Last,
 }
 
 /// The result of a read-only descent.
-struct Descent {
-    path: Path,
-    leaf: PageId,
-    page: PageRef,
+pub(super) struct Descent {
+    pub(super) path: Path,
+    pub(super) leaf: PageId,
+    pub(super) page: PageRef,
     /// Position of the key (found) or where it would go.
-    pos: usize,
-    found: bool,
+    pub(super) pos: usize,
+    pub(super) found: bool,
     edge: Edge,
 }
 
-fn descend<S: PageRead + ?Sized>(store: &S, root: PageId, target: Target) -> Result<Descent> {
+pub(super) fn descend<S: PageRead + ?Sized>(
+    store: &S,
+    root: PageId,
+    target: Target,
+) -> Result<Descent> {
     let ps = store.page_size();
     let mut path = Path::new();
     let (mut right_edge, mut left_edge) = (true, true);
@@ -153,11 +157,15 @@ fn cow_copy<S: PageWrite + ?Sized>(store: &mut S, id: PageId) -> Result<PageId> 
     // Validate the header before allocating, so a corrupt page leaks nothing.
     NodeRef::parse(&page, id, ps)?;
     let new_id = store.alloc(1)?;
+    if new_id == id {
+        // Only a page this transaction freed (a page the file lets the
+        // tree reach twice) can be handed out again while reachable.
+        return Err(Error::corrupted_page(id, "page reached after it was freed"));
+    }
     let buf = copy_node(&page, id, ps, new_id, store.cf())?;
     drop(page);
     store.install(new_id, buf);
     store.free(id, 1);
-    debug_assert_ne!(new_id, id, "a copy-on-write copy reuses its source");
     debug_assert!(store.is_private(new_id), "a fresh copy is private");
     debug_assert!(!store.is_private(id), "a committed page was private");
     Ok(new_id)
@@ -165,7 +173,7 @@ fn cow_copy<S: PageWrite + ?Sized>(store: &mut S, id: PageId) -> Result<PageId> 
 
 /// Makes every page on the path (and the leaf) private, copying committed
 /// pages top-down and repointing their parents (or the root).
-fn make_private<S: PageWrite + ?Sized>(
+pub(super) fn make_private<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
     path: &mut Path,
@@ -179,6 +187,13 @@ fn make_private<S: PageWrite + ?Sized>(
         }
         debug_assert!(i == 0 || store.is_private(path.ids[i - 1]));
         let new_id = cow_copy(store, id)?;
+        if i < n && (path.ids[i + 1..n].contains(&new_id) || new_id == *leaf) {
+            // The allocator handed out a page further down this path.
+            return Err(Error::corrupted_page(
+                new_id,
+                "free space names a live tree page",
+            ));
+        }
         if i == 0 {
             root.root = Some(new_id);
         } else {
@@ -198,14 +213,18 @@ fn make_private<S: PageWrite + ?Sized>(
 
 /// How a new value is stored.
 #[derive(Clone, Copy)]
-enum NewValue {
+pub(super) enum NewValue {
     Inline,
     Overflow { id: PageId, len: u32 },
 }
 
 impl NewValue {
     /// Writes `value` to an overflow run if it does not fit inline.
-    fn store<S: PageWrite + ?Sized>(store: &mut S, key: &[u8], value: &[u8]) -> Result<NewValue> {
+    pub(super) fn store<S: PageWrite + ?Sized>(
+        store: &mut S,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<NewValue> {
         let ps = store.page_size();
         if inline_fits(ps, key.len(), value.len()) {
             return Ok(NewValue::Inline);
@@ -221,7 +240,7 @@ impl NewValue {
         Ok(NewValue::Overflow { id, len })
     }
 
-    fn cell<'a>(self, key: &'a [u8], value: &'a [u8]) -> NewCell<'a> {
+    pub(super) fn cell<'a>(self, key: &'a [u8], value: &'a [u8]) -> NewCell<'a> {
         match self {
             NewValue::Inline => NewCell::LeafInline { key, value },
             NewValue::Overflow { id, len } => NewCell::LeafOverflow { key, id, len },
@@ -353,12 +372,12 @@ fn insert_into<S: PageWrite + ?Sized>(
 }
 
 /// Size of a cell with its slot.
-fn slot_size(c: &NewCell) -> usize {
+pub(super) fn slot_size(c: &NewCell) -> usize {
     c.len() + SLOT_LEN
 }
 
 /// True if `cells` fit in one page.
-fn fits(ps: usize, cells: &[NewCell]) -> bool {
+pub(super) fn fits(ps: usize, cells: &[NewCell]) -> bool {
     cells.iter().map(slot_size).sum::<usize>() <= usable(ps)
 }
 
@@ -401,7 +420,7 @@ fn branch_split_point(ps: usize, cells: &[NewCell], pos: usize, edge: Edge) -> O
 }
 
 /// The split point that balances bytes between two pages that both fit.
-fn balanced_point(ps: usize, cells: &[NewCell], branch: bool) -> Option<usize> {
+pub(super) fn balanced_point(ps: usize, cells: &[NewCell], branch: bool) -> Option<usize> {
     let total: usize = cells.iter().map(slot_size).sum();
     let limit = usable(ps);
     let mut left = 0;
@@ -437,7 +456,7 @@ fn balanced_point(ps: usize, cells: &[NewCell], branch: bool) -> Option<usize> {
 }
 
 /// A node page `id` holding `cells` (and `rightmost` for a branch).
-fn build(
+pub(super) fn build(
     ps: usize,
     id: PageId,
     cf: crate::types::CfId,
@@ -634,7 +653,7 @@ fn fill_of<S: PageRead + ?Sized>(store: &S, id: PageId) -> Result<Fill> {
 
 /// Restores the fill invariants after a cell was removed from the private
 /// `leaf` at the end of the private `path`.
-fn rebalance<S: PageWrite + ?Sized>(
+pub(super) fn rebalance<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
     path: &Path,

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -749,11 +750,15 @@ fn corrupted_tree_mutations_never_panic() {
         }
         for _ in 0..200 {
             let k = gen_key(&mut rng);
-            let r = match rng.gen_range(0..6) {
+            let r = match rng.gen_range(0..7) {
                 0 | 1 => insert(&mut s, &mut root, &k, &gen_value(&mut rng)).map(drop),
                 2 | 3 => remove(&mut s, &mut root, &k).map(drop),
                 4 => pop_first(&mut s, &mut root).map(drop),
-                _ => pop_last(&mut s, &mut root).map(drop),
+                5 => pop_last(&mut s, &mut root).map(drop),
+                _ => {
+                    let batch = gen_batch(&mut rng, &Model::new(), 40);
+                    apply_sorted(&mut s, &mut root, &batch.writes)
+                }
             };
             if let Err(e) = r {
                 assert!(e.is_corrupted(), "{e}");
@@ -896,4 +901,182 @@ fn bench_rough() {
     }
     eprintln!("random delete: {:?}/op", t.elapsed() / N as u32);
     assert!(s.live().is_empty());
+}
+
+/// A sorted batch of random writes over `model`'s keys and new ones, and
+/// the model after it.
+struct Batch {
+    writes: Vec<BatchWrite>,
+    after: Model,
+}
+
+fn gen_batch(rng: &mut StdRng, model: &Model, n: usize) -> Batch {
+    let mut writes: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+    for _ in 0..n {
+        let k = if rng.gen_bool(0.4) {
+            pick_key(rng, model)
+        } else {
+            gen_key(rng)
+        };
+        let v = rng.gen_bool(0.7).then(|| gen_value(rng));
+        writes.insert(k, v);
+    }
+    let mut after = model.clone();
+    for (k, v) in &writes {
+        match v {
+            Some(v) => after.insert(k.clone(), v.clone()),
+            None => after.remove(k),
+        };
+    }
+    let writes = writes
+        .into_iter()
+        .map(|(k, v)| (Arc::from(k), v.map(Arc::from)))
+        .collect();
+    Batch { writes, after }
+}
+
+/// Random sorted batches (puts and removals, long keys, overflow values,
+/// sizes from one write to thousands), with commits between them, against
+/// a model: contents, counts, and no page leaked or shared.
+#[test]
+fn batches_match_a_model() {
+    for seed in 0..6 {
+        let mut rng = StdRng::seed_from_u64(1000 + seed);
+        LONG_KEYS.with(|l| l.set(if seed % 3 == 2 { 30 } else { 0 }));
+        let mut s = MemStore::new(if seed % 2 == 0 { PS } else { 8192 });
+        let mut root = TreeRoot::default();
+        let mut model = Model::new();
+        let mut max_depth = 0;
+        for round in 0..60 {
+            let n = match rng.gen_range(0..4) {
+                0 => rng.gen_range(1..4),
+                1 => rng.gen_range(4..100),
+                _ => rng.gen_range(100..3000),
+            };
+            // Shrink phases: mostly removals of present keys.
+            let batch = if round % 10 >= 7 {
+                let mut writes: Vec<BatchWrite> = Vec::new();
+                for k in model.keys() {
+                    if rng.gen_bool(0.6) {
+                        writes.push((Arc::from(k.as_slice()), None));
+                    }
+                }
+                let mut after = model.clone();
+                for (k, _) in &writes {
+                    after.remove(&k[..]);
+                }
+                Batch { writes, after }
+            } else {
+                gen_batch(&mut rng, &model, n)
+            };
+            apply_sorted(&mut s, &mut root, &batch.writes).unwrap();
+            model = batch.after;
+            check_model(&s, &root, &model);
+            check_store(&s, &root);
+            max_depth = max_depth.max(depth(&s, &root));
+            if rng.gen_bool(0.5) {
+                s.commit();
+            }
+        }
+        eprintln!(
+            "batch seed {seed}: {} entries, depth {max_depth}",
+            model.len()
+        );
+        assert!(max_depth >= 3, "seed {seed} never built a tree of depth 3");
+        let all: Vec<BatchWrite> = model
+            .keys()
+            .map(|k| (Arc::from(k.as_slice()), None))
+            .collect();
+        apply_sorted(&mut s, &mut root, &all).unwrap();
+        assert_eq!(
+            root,
+            TreeRoot::default(),
+            "seed {seed}: tree left after removing all"
+        );
+        assert!(
+            s.live().is_empty(),
+            "seed {seed}: pages left: {:?}",
+            s.live()
+        );
+    }
+    LONG_KEYS.with(|l| l.set(0));
+}
+
+/// A batch is the same as its writes applied one by one.
+#[test]
+fn a_batch_equals_single_writes() {
+    let mut rng = StdRng::seed_from_u64(77);
+    let (mut a, mut b) = (MemStore::new(PS), MemStore::new(PS));
+    let (mut ra, mut rb) = (TreeRoot::default(), TreeRoot::default());
+    let mut model = Model::new();
+    for _ in 0..30 {
+        let n = rng.gen_range(1..2000);
+        let batch = gen_batch(&mut rng, &model, n);
+        apply_sorted(&mut a, &mut ra, &batch.writes).unwrap();
+        for (k, v) in &batch.writes {
+            match v {
+                Some(v) => drop(insert(&mut b, &mut rb, k, v).unwrap()),
+                None => drop(remove(&mut b, &mut rb, k).unwrap()),
+            }
+        }
+        model = batch.after;
+        assert_eq!(collect_all(&a, &ra), collect_all(&b, &rb));
+        assert_eq!(ra.len, rb.len);
+        a.commit();
+        b.commit();
+    }
+}
+
+/// Loading random keys into an empty tree in one batch fills every leaf
+/// but the last; appending batches past the last key keeps them full.
+#[test]
+fn a_batch_into_an_empty_tree_packs_its_pages() {
+    const N: usize = 50_000;
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut keys: Vec<u64> = (0..N).map(|_| rng.gen()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let writes: Vec<BatchWrite> = keys
+        .iter()
+        .map(|k| {
+            (
+                Arc::from(&k.to_be_bytes()[..]),
+                Some(Arc::from(&[1u8; 8][..])),
+            )
+        })
+        .collect();
+    let ideal = leaf_ideal(PS, writes.len(), 7 + 8 + 8);
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    apply_sorted(&mut s, &mut root, &writes).unwrap();
+    let [leaves, branches, _] = check_store(&s, &root);
+    eprintln!("one batch: {leaves} leaves, {branches} branches, ideal {ideal}");
+    assert!(leaves <= ideal + 1, "{leaves} leaves, ideal {ideal}");
+    // Appends in batches of 1,000 past the last key, committed between.
+    let (mut s, mut root) = (MemStore::new(PS), TreeRoot::default());
+    for chunk in writes.chunks(1000) {
+        apply_sorted(&mut s, &mut root, chunk).unwrap();
+        s.commit();
+    }
+    let [leaves, _, _] = check_store(&s, &root);
+    eprintln!("appended batches: {leaves} leaves, ideal {ideal}");
+    assert!(
+        (leaves as f64) < 1.05 * ideal as f64,
+        "{leaves} leaves, ideal {ideal}"
+    );
+    // Random batches into a large tree stay reasonably full.
+    let (mut s, mut root) = (MemStore::new(PS), TreeRoot::default());
+    let mut shuffled = writes.clone();
+    for i in (1..shuffled.len()).rev() {
+        shuffled.swap(i, rng.gen_range(0..=i));
+    }
+    for chunk in shuffled.chunks(5000) {
+        let mut chunk = chunk.to_vec();
+        chunk.sort_by(|a, b| a.0.cmp(&b.0));
+        apply_sorted(&mut s, &mut root, &chunk).unwrap();
+        s.commit();
+    }
+    let [leaves, _, _] = check_store(&s, &root);
+    eprintln!("random batches: {leaves} leaves, ideal {ideal}");
+    assert!(leaves < 2 * ideal, "{leaves} leaves, ideal {ideal}");
 }

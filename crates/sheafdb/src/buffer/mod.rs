@@ -27,16 +27,6 @@
 //!   strictly decreasing keys from the back, and the two ends never yield
 //!   the same key (`merge::Window`).
 
-// Wired into the engine by the next steps of issue 11 (docs/design.md,
-// "Write buffer"); until then only the tests use it.
-#![cfg_attr(
-    not(test),
-    allow(
-        dead_code,
-        reason = "the engine does not use the buffer yet (issue 11)"
-    )
-)]
-
 pub mod filter;
 pub mod mem;
 pub mod merge;

@@ -10,7 +10,12 @@
 //! Invariant: `delta` equals (keys put here that did not exist below) −
 //! (keys removed here that did); checked against a model in the tests.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -27,18 +32,120 @@ fn charge(key: &[u8], slot: &Slot) -> u64 {
     key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD
 }
 
-/// The writes of one table.
+/// A key with its first eight bytes inline (big-endian, zero-padded), so
+/// most comparisons of a sort or an ordered map are one integer compare
+/// instead of a pointer chase and a `memcmp`. Orders exactly like the key
+/// bytes: a strictly smaller prefix means a smaller key, and equal
+/// prefixes fall back to the bytes.
+#[derive(Clone, Debug)]
+pub struct OrdKey {
+    prefix: u64,
+    key: Arc<[u8]>,
+}
+
+impl OrdKey {
+    fn new(key: Arc<[u8]>) -> OrdKey {
+        OrdKey {
+            prefix: prefix_of(&key),
+            key,
+        }
+    }
+}
+
+/// The first eight bytes of `key`, big-endian, zero-padded.
+fn prefix_of(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+impl PartialEq for OrdKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for OrdKey {}
+
+impl PartialOrd for OrdKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for OrdKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let ord = self
+            .prefix
+            .cmp(&other.prefix)
+            .then_with(|| self.key.cmp(&other.key));
+        debug_assert_eq!(
+            ord,
+            self.key.cmp(&other.key),
+            "prefix order differs from byte order"
+        );
+        ord
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for OrdKey {
+    fn borrow(&self) -> &[u8] {
+        &self.key
+    }
+}
+
+/// The order of a table's written keys, kept lazily: keys written since
+/// the last ordered read wait in `pending` (a bulk load that never reads
+/// in order never pays for a sorted map; its writes are sorted once, when
+/// they are applied).
+#[derive(Debug, Default)]
+struct Order {
+    sorted: BTreeSet<OrdKey>,
+    pending: Vec<OrdKey>,
+}
+
+impl Order {
+    /// Moves the pending keys into the sorted set.
+    fn settle(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending.sort_unstable();
+        self.sorted.extend(self.pending.drain(..));
+    }
+}
+
+/// One key's last write, with the key's hash (so growing the table never
+/// reads the key again).
+#[derive(Debug)]
+struct Written {
+    hash: u64,
+    key: Arc<[u8]>,
+    slot: Slot,
+}
+
+/// The writes of one table: a hash table from key to its last write (point
+/// reads, which every insert and remove makes for the old value, cost one
+/// hash probe) and the keys' order, built as ordered reads need it.
 #[derive(Debug, Default)]
 pub struct TableWrites {
-    map: BTreeMap<Arc<[u8]>, Slot>,
+    map: HashTable<Written>,
+    hasher: DefaultHashBuilder,
+    order: RefCell<Order>,
     delta: i64,
     bytes: u64,
 }
 
 impl TableWrites {
+    fn find(&self, key: &[u8]) -> Option<&Written> {
+        let hash = self.hasher.hash_one(key);
+        self.map.find(hash, |w| *w.key == *key)
+    }
+
     /// What this transaction wrote to `key`: `Some(slot)` if it wrote it.
     pub fn get(&self, key: &[u8]) -> Option<Slot> {
-        self.map.get(key).cloned()
+        self.find(key).map(|w| w.slot.clone())
     }
 
     /// The first written key within `(lo, hi)` from the front or the back.
@@ -46,14 +153,18 @@ impl TableWrites {
         if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) =
             (lo, hi)
         {
-            // BTreeMap::range panics on an inverted range; it is empty.
+            // BTreeSet::range panics on an inverted range; it is empty.
             if l > h || (l == h && !matches!((lo, hi), (Bound::Included(_), Bound::Included(_)))) {
                 return None;
             }
         }
-        let mut r = self.map.range::<[u8], _>((lo, hi));
-        let e = if back { r.next_back() } else { r.next() };
-        e.map(|(k, v)| (Held::Shared(k.clone()), v.clone()))
+        let mut order = self.order.borrow_mut();
+        order.settle();
+        let mut r = order.sorted.range::<[u8], _>((lo, hi));
+        let k = if back { r.next_back() } else { r.next() }?;
+        let slot = self.find(&k.key).map(|w| w.slot.clone());
+        debug_assert!(slot.is_some(), "an ordered key without a write");
+        Some((Held::Shared(k.key.clone()), slot?))
     }
 
     /// Bytes charged (keys, values, per-entry overhead).
@@ -76,9 +187,45 @@ impl TableWrites {
         self.map.is_empty()
     }
 
-    /// The writes in key order.
+    /// The writes in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<[u8]>, &Slot)> {
-        self.map.iter()
+        self.map.iter().map(|w| (&w.key, &w.slot))
+    }
+
+    /// The writes in key order, consuming them (to apply them).
+    pub fn into_sorted(self) -> Vec<crate::btree::BatchWrite> {
+        let mut v: Vec<(OrdKey, Slot)> = (self.map.into_iter())
+            .map(|w| (OrdKey::new(w.key), w.slot))
+            .collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        debug_assert!(
+            v.windows(2).all(|w| w[0].0.key < w[1].0.key),
+            "keys not unique and sorted"
+        );
+        v.into_iter().map(|(k, s)| (k.key, s)).collect()
+    }
+
+    /// Records the write; returns the change in bytes charged.
+    fn record(&mut self, key: &[u8], slot: Slot, existed: bool) -> i64 {
+        self.delta += i64::from(slot.is_some()) - i64::from(existed);
+        let add = charge(key, &slot);
+        let hash = self.hasher.hash_one(key);
+        let sub = match self.map.find_mut(hash, |w| *w.key == *key) {
+            Some(old) => {
+                let sub = charge(key, &old.slot);
+                old.slot = slot;
+                sub
+            }
+            None => {
+                let key: Arc<[u8]> = Arc::from(key);
+                self.order.get_mut().pending.push(OrdKey::new(key.clone()));
+                self.map
+                    .insert_unique(hash, Written { hash, key, slot }, |w| w.hash);
+                0
+            }
+        };
+        self.bytes = self.bytes + add - sub;
+        add as i64 - sub as i64
     }
 }
 
@@ -99,13 +246,15 @@ impl WriteSet {
     /// the key had a value just before (in the merged view below and
     /// including this transaction's earlier writes).
     pub fn record(&mut self, table: TableId, key: &[u8], slot: Slot, existed: bool) {
-        let t = self.tables.entry(table).or_default();
-        t.delta += i64::from(slot.is_some()) - i64::from(existed);
-        let add = charge(key, &slot);
-        let old = t.map.insert(Arc::from(key), slot);
-        let sub = old.map(|o| charge(key, &o)).unwrap_or(0);
-        t.bytes = t.bytes + add - sub;
-        self.bytes = self.bytes + add - sub;
+        let change = self
+            .tables
+            .entry(table)
+            .or_default()
+            .record(key, slot, existed);
+        self.bytes = self
+            .bytes
+            .checked_add_signed(change)
+            .expect("write-set bytes below zero");
     }
 
     /// The writes of `table`, if any.

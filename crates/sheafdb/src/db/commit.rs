@@ -493,6 +493,11 @@ impl DbShared {
         let (before, after) = (slot.head.buffer.bytes(), v.buffer.bytes());
         assert!(after <= before, "B2: a fold's new buffer outgrew the old");
         self.budget.release(before - after);
+        if !Arc::ptr_eq(&slot.head.buffer, &v.buffer) {
+            // Replaced: only older snapshots read it now, and nothing may
+            // write it again (`MemBuffer::insert` asserts).
+            slot.head.buffer.freeze();
+        }
         let v = Arc::new(v);
         cf.set_head_version(version);
         slot.head = v.clone();

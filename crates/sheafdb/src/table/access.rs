@@ -425,9 +425,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// Logs that `key` becomes `value` (`None`: removed) and records it in
     /// the write set (the old value was `old`), or, for a table in direct
-    /// mode, applies it to the tree. A table whose pending writes outgrow
-    /// `SPILL_BYTES` has them applied to its tree now and switches to
-    /// direct mode. A failure applying fails the transaction.
+    /// mode, applies it to the tree. A table with pages whose pending
+    /// writes outgrow `SPILL_BYTES` has them applied to its tree now and
+    /// switches to direct mode (an empty table keeps them all, so a bulk
+    /// load fills its pages). A failure applying fails the transaction.
     fn write(
         st: &mut WriteState,
         id: TableId,
@@ -456,7 +457,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         }
         st.writes
             .record(id, key, value.map(Arc::from), old.is_some());
-        if st.writes.table(id).is_some_and(|w| w.bytes() > SPILL_BYTES) {
+        // A table whose tree is empty keeps every write pending: applied
+        // once, in key order, at commit, they fill its pages (a bulk load).
+        let has_pages = (st.tables.values()).any(|t| t.meta.id == id && t.meta.root.is_some());
+        if has_pages && st.writes.table(id).is_some_and(|w| w.bytes() > SPILL_BYTES) {
             st.apply_table_writes(id).map_err(|e| st.fail(e))?;
             if let Some(t) = st.tables.values_mut().find(|t| t.meta.id == id) {
                 t.direct = true;

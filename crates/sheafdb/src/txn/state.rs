@@ -330,40 +330,39 @@ impl WriteState {
             return Ok(());
         }
         let names = self.names_by_id()?;
-        let mut current: Option<(TableId, String, TreeRoot)> = None;
+        let mut current: Option<TableId> = None;
+        let mut batch: Vec<btree::BatchWrite> = Vec::new();
         for (id, key, slot) in base.buffer.newest_at(base.version) {
-            if current.as_ref().is_none_or(|(c, _, _)| *c != id) {
-                self.finish_fold_table(current.take(), &base)?;
-                let Some(name) = names.get(&id) else {
-                    continue; // deleted (or renamed away and deleted) since
-                };
-                self.load_table(name)?;
-                current = Some((id, name.clone(), self.tables[name].root()));
+            if current != Some(id) {
+                self.fold_table(current.take(), &names, &mut batch, &base)?;
+                current = Some(id);
             }
-            let Some((_, _, root)) = current.as_mut() else {
-                continue;
-            };
-            match slot {
-                Some(v) => btree::insert(&mut self.pages, root, &key, &v).map(drop)?,
-                None => btree::remove(&mut self.pages, root, &key).map(drop)?,
-            }
+            batch.push((key, slot));
         }
-        self.finish_fold_table(current, &base)
+        self.fold_table(current, &names, &mut batch, &base)
     }
 
-    /// Stores a folded table's new root, checking its count against the
-    /// buffered deltas.
-    fn finish_fold_table(
+    /// Applies one table's buffered writes (`batch`, in key order) to its
+    /// tree and checks its count against the buffered delta. A table
+    /// deleted since (or renamed away and deleted) is skipped.
+    fn fold_table(
         &mut self,
-        done: Option<(TableId, String, TreeRoot)>,
+        id: Option<TableId>,
+        names: &HashMap<TableId, String>,
+        batch: &mut Vec<btree::BatchWrite>,
         base: &CfVersion,
     ) -> Result<()> {
-        let Some((id, name, root)) = done else {
+        let writes = std::mem::take(batch);
+        let Some(name) = id.and_then(|id| names.get(&id)) else {
             return Ok(());
         };
-        let t = self.tables.get_mut(&name).expect("loaded by fold_base");
-        let expected = t.meta.len as i64 + base.delta(id);
+        self.load_table(name)?;
+        let t = self.tables.get_mut(name).expect("loaded above");
+        let mut root = t.root();
+        let expected = t.meta.len as i64 + base.delta(t.meta.id);
+        let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes);
         t.set_root(root);
+        applied?;
         check_count(&format!("table {name:?} after folding"), &root, expected)
     }
 
@@ -431,21 +430,10 @@ impl WriteState {
         debug_assert!(!table.direct, "a direct table has pending writes");
         let mut root = table.root();
         let expected = root.len as i64 + writes.delta();
-        let mut result = Ok(());
-        for (key, slot) in writes.iter() {
-            let r = match slot {
-                Some(value) => btree::insert(&mut self.pages, &mut root, key, value).map(drop),
-                None => btree::remove(&mut self.pages, &mut root, key).map(drop),
-            };
-            if let Err(e) = r {
-                result = Err(e);
-                break;
-            }
-        }
+        let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes.into_sorted());
         table.set_root(root);
-        result?;
-        check_count(&format!("table {id} after its writes"), &root, expected)?;
-        Ok(())
+        applied?;
+        check_count(&format!("table {id} after its writes"), &root, expected)
     }
 
     fn table_meta(&mut self, name: &str) -> Result<Option<TableMeta>> {

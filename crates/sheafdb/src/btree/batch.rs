@@ -1,0 +1,434 @@
+//! Applying a sorted batch of writes to a tree, one leaf at a time.
+//!
+//! Owns: [`apply_sorted`], which large transactions and folds of the write
+//! buffer use (design.md "Write buffer", "Batches"). For each leaf the
+//! batch touches it descends once, merges the leaf's cells with every
+//! write that falls in the leaf's key range, and writes the result into
+//! as few pages as hold it: packed full where the batch only appends past
+//! the tree's last key (a bulk load of sorted or unsorted keys into an
+//! empty table fills every page), spread evenly otherwise. Replacing one
+//! child by several is carried up the path by rebuilding each parent the
+//! same way, so a batch never splits a page more than once per level.
+//!
+//! Invariants: as for single writes (module `mutate`): committed pages are
+//! copied before they change, every run dropped from the tree is freed
+//! exactly once, `TreeRoot::len` changes by exactly the entries added and
+//! removed, and every page a batch writes fits (checked by `NodeBuilder`,
+//! which fails rather than overflow a page).
+//!
+//! Must not know: transactions, the WAL, buffers; the batch is plain
+//! sorted `(key, Some(value) | None)` pairs.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::mutate::{
+    balanced_point, build, check_limits, descend, fits, make_private, overflow_run, rebalance,
+    slot_size, Descent, NewValue, Path, Target,
+};
+use super::node::{shortest_separator, underfull_below, usable, NewCell, NodeRef, MAX_LEVEL};
+use super::store::PageWrite;
+use super::TreeRoot;
+use crate::error::{Error, Result};
+use crate::types::PageId;
+
+/// One write of a batch: the key and its new value (`None`: removed).
+pub type BatchWrite = (Arc<[u8]>, Option<Arc<[u8]>>);
+
+/// Applies `writes` (keys strictly increasing) to the tree: each put
+/// inserts or replaces, each removal of a present key deletes it (of an
+/// absent one does nothing). Equivalent to applying them one by one, but
+/// each touched leaf is read, copied and rewritten once.
+pub fn apply_sorted<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    writes: &[BatchWrite],
+) -> Result<()> {
+    debug_assert!(
+        writes.windows(2).all(|w| w[0].0 < w[1].0),
+        "a batch's keys are strictly increasing"
+    );
+    let mut i = 0;
+    while i < writes.len() {
+        i = match root.root {
+            None => build_fresh(store, root, &writes[i..])?,
+            Some(root_id) => apply_leaf(store, root, root_id, writes, i)?,
+        };
+        debug_assert!(i <= writes.len(), "a step consumed writes past the end");
+    }
+    debug_assert!(
+        root.root.is_some() || root.len == 0,
+        "an empty tree with entries"
+    );
+    Ok(())
+}
+
+/// Builds a tree from the puts of `writes` into an empty `root`; returns
+/// `writes.len()` (every write is consumed).
+fn build_fresh<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    writes: &[BatchWrite],
+) -> Result<usize> {
+    debug_assert!(
+        root.root.is_none() && root.len == 0,
+        "a fresh build over a tree"
+    );
+    let mut values = Vec::new();
+    for (k, v) in writes {
+        if let Some(v) = v {
+            check_limits(store.page_size(), k, v)?;
+            values.push((k, v, NewValue::store(store, k, v)?));
+        }
+    }
+    if values.is_empty() {
+        return Ok(writes.len());
+    }
+    let cells: Vec<NewCell> = values.iter().map(|(k, v, nv)| nv.cell(k, v)).collect();
+    let id = store.alloc(1)?;
+    let (children, seps) = write_level(store, id, 0, &cells, None, true)?;
+    root.root = Some(children[0]);
+    root.len = cells.len() as u64;
+    grow_root(store, root, 0, children, seps)?;
+    Ok(writes.len())
+}
+
+/// Applies the writes from `i` on that fall in the leaf holding
+/// `writes[i]`; returns the index of the first write past that leaf.
+fn apply_leaf<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    root_id: PageId,
+    writes: &[BatchWrite],
+    i: usize,
+) -> Result<usize> {
+    let ps = store.page_size();
+    let d = descend(store, root_id, Target::Key(&writes[i].0))?;
+    let hi = upper_bound(store, &d.path)?;
+    let end = match &hi {
+        Some(h) => i + writes[i..].partition_point(|(k, _)| **k < h[..]),
+        None => writes.len(),
+    };
+    if end == i {
+        return Err(Error::corrupted_page(
+            d.leaf,
+            "a key outside its leaf's bounds",
+        ));
+    }
+    let Descent {
+        mut path, mut leaf, ..
+    } = d;
+    make_private(store, root, &mut path, &mut leaf)?;
+    let page = store.read_page(leaf)?;
+    let node = NodeRef::parse(&page, leaf, ps)?;
+    if !node.is_leaf() {
+        return Err(Error::corrupted_page(leaf, "a leaf's copy is not a leaf"));
+    }
+    let n = node.count();
+    // Appending past the tree's last key: pages are packed full.
+    let appends = hi.is_none() && (n == 0 || node.leaf_key(n - 1)? < &writes[i].0[..]);
+    let mut values = Vec::with_capacity(end - i);
+    for (k, v) in &writes[i..end] {
+        if let Some(v) = v {
+            check_limits(ps, k, v)?;
+            values.push(NewValue::store(store, k, v)?);
+        }
+    }
+    let mut cells = Vec::with_capacity(n + (end - i));
+    let mut frees = Vec::new();
+    let (mut a, mut put) = (0, 0);
+    let mut len = root.len as i64;
+    for (k, v) in &writes[i..end] {
+        while a < n && node.leaf_key(a)? < &k[..] {
+            cells.push(NewCell::Raw {
+                leaf: true,
+                bytes: node.cell_bytes(a)?,
+            });
+            a += 1;
+        }
+        let exists = a < n && node.leaf_key(a)? == &k[..];
+        if exists {
+            frees.extend(overflow_run(ps, node.leaf_cell(a)?.value));
+            a += 1;
+            len -= 1;
+        }
+        if let Some(v) = v {
+            cells.push(values[put].cell(k, v));
+            put += 1;
+            len += 1;
+        }
+    }
+    for a in a..n {
+        cells.push(NewCell::Raw {
+            leaf: true,
+            bytes: node.cell_bytes(a)?,
+        });
+    }
+    debug_assert_eq!(put, values.len(), "every put has its cell");
+    root.len =
+        u64::try_from(len).map_err(|_| Error::corrupted_page(leaf, "entry count below zero"))?;
+    let (children, seps) = write_level(store, leaf, 0, &cells, None, appends)?;
+    debug_assert_eq!(children[0], leaf, "the leaf keeps its page");
+    let used: usize = cells.iter().map(slot_size).sum();
+    drop(cells);
+    drop(page);
+    for (id, npages) in frees {
+        store.free(id, npages);
+    }
+    if children.len() > 1 {
+        replace_up(store, root, &path, children, seps)?;
+    } else if used < underfull_below(ps) {
+        rebalance(store, root, &path, leaf)?;
+    }
+    Ok(end)
+}
+
+/// The exclusive upper bound of the keys of the leaf at the end of `path`
+/// (the separator right of it in its lowest ancestor where it is not the
+/// rightmost child); `None` for the tree's rightmost leaf.
+fn upper_bound<S: PageWrite + ?Sized>(store: &S, path: &Path) -> Result<Option<Vec<u8>>> {
+    for lvl in (0..path.len).rev() {
+        let (pid, idx) = (path.ids[lvl], path.idx[lvl]);
+        let page = store.read_page(pid)?;
+        let node = NodeRef::parse(&page, pid, store.page_size())?;
+        if idx < node.count() {
+            return Ok(Some(node.branch_key(idx)?.to_vec()));
+        }
+    }
+    Ok(None)
+}
+
+/// Writes `cells` (at `level`; a branch's rightmost child is `rightmost`)
+/// into page `first` and as many new pages as they need. Returns the
+/// pages in key order and the separators between them.
+fn write_level<S: PageWrite + ?Sized>(
+    store: &mut S,
+    first: PageId,
+    level: u8,
+    cells: &[NewCell],
+    rightmost: Option<PageId>,
+    pack: bool,
+) -> Result<(Vec<PageId>, Vec<Vec<u8>>)> {
+    let ps = store.page_size();
+    let branch = level > 0;
+    debug_assert_eq!(
+        branch,
+        rightmost.is_some(),
+        "a branch has a rightmost child"
+    );
+    let groups = partition(ps, cells, branch, pack)
+        .ok_or_else(|| Error::corrupted_page(first, "cells that no split makes fit"))?;
+    let mut ids = Vec::with_capacity(groups.len());
+    let mut seps = Vec::with_capacity(groups.len().saturating_sub(1));
+    for (g, r) in groups.iter().enumerate() {
+        let id = if g == 0 { first } else { store.alloc(1)? };
+        let last = g + 1 == groups.len();
+        let right = match (branch, last) {
+            (false, _) => None,
+            (true, true) => rightmost,
+            (true, false) => Some(cells[r.end].child()),
+        };
+        store.install(
+            id,
+            build(ps, id, store.cf(), level, &cells[r.clone()], right)?,
+        );
+        debug_assert!(store.is_private(id), "a batch writes only private pages");
+        if !last {
+            let next = &groups[g + 1];
+            let sep = if branch {
+                cells[r.end].key().to_vec()
+            } else {
+                let (l, r) = (cells[r.end - 1].key(), cells[next.start].key());
+                if l >= r {
+                    return Err(Error::corrupted_page(first, "keys out of order"));
+                }
+                shortest_separator(l, r).to_vec()
+            };
+            seps.push(sep);
+        }
+        ids.push(id);
+    }
+    debug_assert_eq!(ids.len(), seps.len() + 1, "one separator between two pages");
+    Ok((ids, seps))
+}
+
+/// Splits `cells` into consecutive groups that each fit a page. Leaves:
+/// the groups tile the cells. Branches: the cell after each group but the
+/// last is promoted (its key goes up, its child is the group's rightmost).
+/// `pack` fills each page (the last takes what is left); otherwise the
+/// pages share the bytes evenly. `None` if no grouping fits (cells the file
+/// made too large).
+fn partition(ps: usize, cells: &[NewCell], branch: bool, pack: bool) -> Option<Vec<Range<usize>>> {
+    let limit = usable(ps);
+    let total: usize = cells.iter().map(slot_size).sum();
+    if total <= limit {
+        return Some(std::iter::once(0..cells.len()).collect());
+    }
+    let target = if pack {
+        limit
+    } else {
+        total.div_ceil(total.div_ceil(limit))
+    };
+    let mut groups = Vec::new();
+    let (mut start, mut cur, mut i) = (0, 0, 0);
+    while i < cells.len() {
+        let sz = slot_size(&cells[i]);
+        if cur > 0 && (cur + sz > limit || cur >= target) {
+            groups.push(start..i);
+            i += usize::from(branch); // promoted
+            start = i;
+            cur = 0;
+            continue;
+        }
+        cur += sz;
+        i += 1;
+    }
+    groups.push(start..cells.len());
+    debug_assert!(
+        groups.windows(2).all(|w| w[0].end <= w[1].start),
+        "groups overlap"
+    );
+    let last = groups.last()?;
+    let last_bytes: usize = cells[last.clone()].iter().map(slot_size).sum();
+    let small = if pack {
+        last.is_empty()
+    } else {
+        last_bytes < limit / 2
+    };
+    if small && groups.len() >= 2 {
+        rebalance_tail(ps, cells, branch, &mut groups)?;
+    }
+    // Cells the file made too large (or a tail no split fixes) give up.
+    let sound = groups
+        .iter()
+        .all(|g| !g.is_empty() && fits(ps, &cells[g.clone()]));
+    sound.then_some(groups)
+}
+
+/// Re-splits the last two groups evenly (or joins them if they fit one
+/// page).
+fn rebalance_tail(
+    ps: usize,
+    cells: &[NewCell],
+    branch: bool,
+    groups: &mut Vec<Range<usize>>,
+) -> Option<()> {
+    let last = groups.pop()?;
+    let prev = groups.pop()?;
+    let span = prev.start..last.end;
+    if fits(ps, &cells[span.clone()]) {
+        groups.push(span);
+        return Some(());
+    }
+    let k = prev.start + balanced_point(ps, &cells[span.clone()], branch)?;
+    debug_assert!(
+        k > prev.start && k < span.end,
+        "a tail split leaves a side empty"
+    );
+    groups.push(prev.start..k);
+    groups.push(k + usize::from(branch)..span.end);
+    Some(())
+}
+
+/// Replaces the leaf at the end of `path` by `children` (separated by
+/// `seps`) in its parent, rebuilding each ancestor that must hold more
+/// children, up to a new root if the old one overflows.
+fn replace_up<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    path: &Path,
+    mut children: Vec<PageId>,
+    mut seps: Vec<Vec<u8>>,
+) -> Result<()> {
+    let ps = store.page_size();
+    let mut level = 0u8;
+    for lvl in (0..path.len).rev() {
+        debug_assert_eq!(
+            children.len(),
+            seps.len() + 1,
+            "one separator between two children"
+        );
+        if children.len() == 1 {
+            return Ok(());
+        }
+        let (pid, idx) = (path.ids[lvl], path.idx[lvl]);
+        debug_assert!(store.is_private(pid), "a parent on the path is private");
+        let page = store.read_page(pid)?;
+        let node = NodeRef::parse(&page, pid, ps)?;
+        let n = node.count();
+        level = node.level();
+        let m = children.len();
+        let mut cells = Vec::with_capacity(n + m);
+        for c in 0..idx {
+            cells.push(NewCell::Raw {
+                leaf: false,
+                bytes: node.cell_bytes(c)?,
+            });
+        }
+        for (child, key) in children.iter().zip(&seps) {
+            cells.push(NewCell::Branch { child: *child, key });
+        }
+        let rightmost = if idx < n {
+            cells.push(NewCell::Branch {
+                child: children[m - 1],
+                key: node.branch_key(idx)?,
+            });
+            for c in idx + 1..n {
+                cells.push(NewCell::Raw {
+                    leaf: false,
+                    bytes: node.cell_bytes(c)?,
+                });
+            }
+            node.child(n)?
+        } else {
+            children[m - 1]
+        };
+        let pack = idx == n;
+        let (ids, up) = write_level(store, pid, level, &cells, Some(rightmost), pack)?;
+        drop(cells);
+        drop(page);
+        children = ids;
+        seps = up;
+    }
+    if children.len() == 1 {
+        return Ok(());
+    }
+    debug_assert_eq!(path.len == 0, level == 0, "the root's level");
+    grow_root(store, root, level, children, seps)
+}
+
+/// Puts new root levels above `children` (pages at `level`) until one page
+/// holds them all.
+fn grow_root<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    mut level: u8,
+    mut children: Vec<PageId>,
+    mut seps: Vec<Vec<u8>>,
+) -> Result<()> {
+    while children.len() > 1 {
+        debug_assert_eq!(
+            children.len(),
+            seps.len() + 1,
+            "one separator between two children"
+        );
+        if level >= MAX_LEVEL {
+            return Err(Error::corrupted_page(
+                children[0],
+                "tree would exceed 64 levels",
+            ));
+        }
+        level += 1;
+        let m = children.len();
+        let cells: Vec<NewCell> = (children[..m - 1].iter().zip(&seps))
+            .map(|(child, key)| NewCell::Branch { child: *child, key })
+            .collect();
+        let id = store.alloc(1)?;
+        let (ids, up) = write_level(store, id, level, &cells, Some(children[m - 1]), true)?;
+        children = ids;
+        seps = up;
+    }
+    debug_assert!(store.is_private(children[0]), "a new root is private");
+    root.root = Some(children[0]);
+    Ok(())
+}
