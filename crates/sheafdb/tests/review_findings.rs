@@ -234,12 +234,14 @@ fn superblock_and_blob_file_length_agree_under_concurrent_claims() -> Result<()>
     let name = "f.sheaf";
     // Small buffers keep each checkpoint's fold short: with one-page
     // extents, 3 KB values and debug invariant checks, folding a 16 MiB
-    // buffer made this four-second loop run for minutes.
+    // buffer made this four-second loop run for minutes. (Without a
+    // background checkpointer only the database-wide limit bounds them.)
     let db = common::builder()
         .extent_sizes(4096, 4096)
         .background_checkpoints(false)
         .durability(Durability::None)
         .buffer_fold_bytes(64 << 10)
+        .buffer_memory(64 << 10, 256 << 10)
         .create_with_vfs(Arc::new(sim.clone()), name)?;
     let file = sim.open(name, OpenMode::Existing).map_err(Error::Io)?;
     let stop = AtomicBool::new(false);

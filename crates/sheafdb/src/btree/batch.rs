@@ -23,10 +23,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::mutate::{
-    balanced_point, build, check_limits, descend, fits, make_private, overflow_run, rebalance,
+    balanced_point, build, check_limits, descend, fits, make_private_upto, overflow_run, rebalance,
     slot_size, Descent, NewValue, Path, Target,
 };
-use super::node::{shortest_separator, underfull_below, usable, NewCell, NodeRef, MAX_LEVEL};
+use super::node::{
+    insert_cell, set_child, shortest_separator, underfull_below, usable, NewCell, NodeRef,
+    MAX_LEVEL, SLOT_LEN,
+};
 use super::store::PageWrite;
 use super::TreeRoot;
 use crate::error::{Error, Result};
@@ -118,7 +121,9 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     let Descent {
         mut path, mut leaf, ..
     } = d;
-    make_private(store, root, &mut path, &mut leaf)?;
+    // The path is copied; the leaf is rewritten whole, so a committed
+    // leaf is read where it is and its cells go to a new page.
+    make_private_upto(store, root, &mut path, &mut leaf, false)?;
     let page = store.read_page(leaf)?;
     let node = NodeRef::parse(&page, leaf, ps)?;
     if !node.is_leaf() {
@@ -167,20 +172,52 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     debug_assert_eq!(put, values.len(), "every put has its cell");
     root.len =
         u64::try_from(len).map_err(|_| Error::corrupted_page(leaf, "entry count below zero"))?;
-    let (children, seps) = write_level(store, leaf, 0, &cells, None, appends)?;
-    debug_assert_eq!(children[0], leaf, "the leaf keeps its page");
+    let target = private_leaf(store, root, &path, leaf)?;
+    let (children, seps) = write_level(store, target, 0, &cells, None, appends)?;
+    debug_assert_eq!(children[0], target, "the leaf's first page is its own");
     let used: usize = cells.iter().map(slot_size).sum();
     drop(cells);
     drop(page);
     for (id, npages) in frees {
         store.free(id, npages);
     }
+    let leaf = target;
     if children.len() > 1 {
         replace_up(store, root, &path, children, seps)?;
     } else if used < underfull_below(ps) {
         rebalance(store, root, &path, leaf)?;
     }
     Ok(end)
+}
+
+/// The private page the leaf at the end of the (private) `path` is
+/// rewritten into: itself if private, else a new page that its parent
+/// (or the root) now names, the committed one freed (its contents stay
+/// readable to the caller's copy and to older snapshots).
+fn private_leaf<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    path: &Path,
+    leaf: PageId,
+) -> Result<PageId> {
+    if store.is_private(leaf) {
+        return Ok(leaf);
+    }
+    let id = store.alloc(1)?;
+    if id == leaf || path.ids[..path.len].contains(&id) {
+        // The allocator handed out a page of this very path.
+        return Err(Error::corrupted_page(
+            id,
+            "free space names a live tree page",
+        ));
+    }
+    match path.len {
+        0 => root.root = Some(id),
+        n => set_child(store.get_mut(path.ids[n - 1])?, path.idx[n - 1], id)?,
+    }
+    store.free(leaf, 1);
+    debug_assert!(store.is_private(id), "a fresh page is private");
+    Ok(id)
 }
 
 /// The exclusive upper bound of the keys of the leaf at the end of `path`
@@ -358,6 +395,13 @@ fn replace_up<S: PageWrite + ?Sized>(
         let n = node.count();
         level = node.level();
         let m = children.len();
+        let need: usize = (seps.iter())
+            .map(|k| NewCell::Branch { child: pid, key: k }.len() + SLOT_LEN)
+            .sum();
+        if node.used() + need <= usable(ps) {
+            drop(page);
+            return insert_children(store, pid, idx, &children, &seps);
+        }
         let mut cells = Vec::with_capacity(n + m);
         for c in 0..idx {
             cells.push(NewCell::Raw {
@@ -395,6 +439,31 @@ fn replace_up<S: PageWrite + ?Sized>(
     }
     debug_assert_eq!(path.len == 0, level == 0, "the root's level");
     grow_root(store, root, level, children, seps)
+}
+
+/// Replaces child `idx` of the private branch `pid`, which has room for
+/// them, by `children` (separated by `seps`), in place.
+fn insert_children<S: PageWrite + ?Sized>(
+    store: &mut S,
+    pid: PageId,
+    idx: usize,
+    children: &[PageId],
+    seps: &[Vec<u8>],
+) -> Result<()> {
+    let m = children.len();
+    let page = store.get_mut(pid)?;
+    set_child(page, idx, children[m - 1])?;
+    for (k, (child, key)) in children[..m - 1].iter().zip(seps).enumerate() {
+        let cell = NewCell::Branch { child: *child, key };
+        if !insert_cell(page, idx + k, &cell)? {
+            // Its header promised the room (a page the file damaged).
+            return Err(Error::corrupted_page(
+                pid,
+                "a branch lacks the room its header shows",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Puts new root levels above `children` (pages at `level`) until one page

@@ -179,8 +179,21 @@ pub(super) fn make_private<S: PageWrite + ?Sized>(
     path: &mut Path,
     leaf: &mut PageId,
 ) -> Result<()> {
+    make_private_upto(store, root, path, leaf, true)
+}
+
+/// [`make_private`], leaving the leaf as it is unless `with_leaf` (a
+/// caller that rewrites the leaf whole need not copy it first).
+pub(super) fn make_private_upto<S: PageWrite + ?Sized>(
+    store: &mut S,
+    root: &mut TreeRoot,
+    path: &mut Path,
+    leaf: &mut PageId,
+    with_leaf: bool,
+) -> Result<()> {
     let n = path.len;
-    for i in 0..=n {
+    let last = if with_leaf { n + 1 } else { n };
+    for i in 0..last {
         let id = if i < n { path.ids[i] } else { *leaf };
         if store.is_private(id) {
             continue;
@@ -206,7 +219,7 @@ pub(super) fn make_private<S: PageWrite + ?Sized>(
         }
     }
     debug_assert!(path.ids[..n].iter().all(|&p| store.is_private(p)));
-    debug_assert!(store.is_private(*leaf));
+    debug_assert!(!with_leaf || store.is_private(*leaf));
     debug_assert!(root.root == Some(if n > 0 { path.ids[0] } else { *leaf }));
     Ok(())
 }

@@ -68,12 +68,9 @@ struct Plan {
 
 impl DbShared {
     /// Folds every CF's buffered commits (aside, see `fold_cf`), then
-    /// checkpoints every CF with unpersisted published trees. `force`
-    /// folds a buffer even when it is full (an explicit checkpoint, a
-    /// close); background checkpoints leave a full one to its writer's
-    /// next commit.
-    pub(crate) fn checkpoint_all(self: &Arc<Self>, force: bool) -> Result<()> {
-        self.fold_all(force)?;
+    /// checkpoints every CF with unpersisted published trees.
+    pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
+        self.fold_all()?;
         self.checkpoint_including(Vec::new())
     }
 

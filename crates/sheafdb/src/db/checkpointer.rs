@@ -95,6 +95,10 @@ pub(crate) struct CheckpointState {
     triggers: Triggers,
     signal: Mutex<SignalState>,
     wake: Condvar,
+    /// Set by a request until the checkpointer takes it, so a trigger
+    /// that stays fired (a full buffer) costs later commits one atomic
+    /// load, not a lock and a wake-up each.
+    pending: std::sync::atomic::AtomicBool,
 }
 
 impl CheckpointState {
@@ -108,6 +112,7 @@ impl CheckpointState {
             triggers,
             signal: Mutex::new(SignalState::default()),
             wake: Condvar::new(),
+            pending: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -121,8 +126,12 @@ impl CheckpointState {
         self.dirty_bytes() >= self.triggers.hard_limit_bytes
     }
 
-    /// Asks the background checkpointer to run soon.
+    /// Asks the background checkpointer to run soon (once per run: later
+    /// requests before it starts are free).
     pub fn request(&self) {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let mut st = self.signal.lock();
         st.requested = true;
         self.wake.notify_all();
@@ -155,6 +164,7 @@ impl CheckpointState {
         if st.shutdown {
             return None;
         }
+        self.pending.store(false, Ordering::Release);
         Some(std::mem::take(&mut st.requested))
     }
 }
@@ -168,10 +178,11 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         let Some(requested) = shared.ckpt.wait_request(interval) else {
             return;
         };
-        let timer_work = shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0;
+        let timer_work =
+            shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0 || shared.budget.used() > 0;
         if (requested || timer_work) && shared.health.check_writable().is_ok() {
             // A failure poisons the database; writers will see it.
-            let _ = shared.checkpoint_all(false);
+            let _ = shared.checkpoint_all();
         }
     }
 }

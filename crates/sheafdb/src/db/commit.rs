@@ -154,9 +154,8 @@ impl DbShared {
         let durable = self.wait_durability(end, durability);
         pending.publish(durable)?;
         self.ckpt.after_commit(end);
-        if buffered_bytes >= self.options.buffer_fold_bytes / 2 || self.budget.over_fold_total() {
-            // Fold aside in the background before the writer reaches the
-            // threshold, where it folds the buffer itself.
+        if buffered_bytes >= self.options.buffer_fold_bytes || self.budget.over_fold_total() {
+            // The background checkpointer folds aside while writers go on.
             self.ckpt.request();
         }
         Ok(())
@@ -218,14 +217,10 @@ impl DbShared {
     /// commits made meanwhile. `Ok(false)` if the writer stayed busy or a
     /// tree commit came in between (the work is discarded; the buffered
     /// commits stay in the WAL, and a later checkpoint folds them).
-    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>, force: bool) -> Result<bool> {
+    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<bool> {
         let folded = cf.current.load_full();
         if cf.check_live().is_err() || folded.buffer.entries() == 0 {
             return Ok(true);
-        }
-        if !force && folded.buffer.bytes() >= self.options.buffer_fold_bytes {
-            // Its next commit folds it (a fold aside would be discarded).
-            return Ok(false);
         }
         let Some(_mark) = cf.begin_fold() else {
             return Ok(false); // another thread is folding this CF
@@ -264,10 +259,10 @@ impl DbShared {
     }
 
     /// Folds every CF (see [`DbShared::fold_cf`]).
-    pub(crate) fn fold_all(self: &Arc<Self>, force: bool) -> Result<()> {
+    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<()> {
         let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
         for cf in &cfs {
-            self.fold_cf(cf, force)?;
+            self.fold_cf(cf)?;
         }
         Ok(())
     }
@@ -287,7 +282,7 @@ impl DbShared {
         while self.budget.over_fold_total() {
             let before = self.budget.used();
             for cf in self.largest_buffers() {
-                self.fold_cf(&cf, true)?;
+                self.fold_cf(&cf)?;
                 if !self.budget.over_fold_total() {
                     return Ok(());
                 }
@@ -334,11 +329,7 @@ impl DbShared {
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         // Buffered in every CF, or the trees are written in every CF.
-        let fold_bytes = self.options.buffer_fold_bytes;
-        let bufferable = logged
-            && states
-                .iter()
-                .all(|st| !st.needs_tree_commit() && st.base.buffer.bytes() < fold_bytes);
+        let bufferable = logged && states.iter().all(|st| !st.needs_tree_commit());
         let total: u64 = states.iter().map(|st| st.buffer_charge()).sum();
         let reserved = bufferable.then(|| self.budget.reserve(total)).flatten();
         let buffered = reserved.is_some();

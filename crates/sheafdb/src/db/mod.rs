@@ -89,7 +89,7 @@ impl Default for Options {
             dirty_hard_limit_bytes: 512 << 20,
             checkpoint_interval: Duration::from_secs(30),
             background_checkpoints: true,
-            buffer_fold_bytes: 16 << 20,
+            buffer_fold_bytes: 32 << 20,
             buffer_total_bytes: 64 << 20,
             buffer_limit_bytes: 128 << 20,
         }
@@ -179,7 +179,7 @@ impl DbShared {
     /// runs a checkpoint itself (memory stays bounded).
     pub fn stall_if_dirty(self: &Arc<Self>) -> Result<()> {
         if self.ckpt.over_hard_limit() {
-            self.checkpoint_all(false)?;
+            self.checkpoint_all()?;
         }
         Ok(())
     }
@@ -278,11 +278,13 @@ impl Builder {
         self
     }
 
-    /// Bytes of buffered commits per column family past which the next
-    /// commit of that CF (or the next checkpoint) folds them into the
-    /// B+trees (default 16 MiB). Commits in between change no page; a
-    /// larger value makes folds rarer and longer (the folding commit, or
-    /// the checkpoint, holds the CF's writer lock while it folds).
+    /// Bytes of buffered commits per column family past which the
+    /// background checkpointer folds them into the B+trees (default 32
+    /// MiB), aside, while writers keep committing. Commits in between
+    /// change no page; a larger value makes folds rarer (each rewrites the
+    /// leaves its keys fall in, so fewer, larger folds write fewer pages
+    /// per key) and longer. What bounds the buffers' memory is
+    /// [`Builder::buffer_memory`].
     pub fn buffer_fold_bytes(mut self, bytes: u64) -> Self {
         self.options.buffer_fold_bytes = bytes.max(1);
         self
@@ -468,7 +470,7 @@ impl Database {
     /// behind it be recycled (design.md §6). Readers and writers keep running.
     pub fn checkpoint(&self) -> Result<()> {
         self.shared.check_open()?;
-        self.shared.checkpoint_all(true)
+        self.shared.checkpoint_all()
     }
 
     /// Makes every committed transaction durable, whatever its
@@ -547,7 +549,7 @@ impl Database {
             return Ok(());
         }
         self.shared.health.check_writable()?;
-        self.shared.checkpoint_all(true)?;
+        self.shared.checkpoint_all()?;
         self.shared
             .wal()
             .sync()

@@ -129,7 +129,7 @@ fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()>
     if skipped {
         // The log ended before a checkpoint LSN (it was damaged): make a
         // base past the skipped LSNs before anything new is appended.
-        shared.checkpoint_all(true)?;
+        shared.checkpoint_all()?;
         debug_assert!(shared.ckpt.sys.lock().replay_lsn >= floor);
     }
     Ok(())

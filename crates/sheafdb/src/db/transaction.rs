@@ -284,10 +284,9 @@ impl WriteTransaction {
         st.check_not_failed()?;
         self.core.check_none_open()?;
         let payload = st.log.take().map(|enc| enc.finish());
-        // Past the fold threshold, or past the database-wide buffer limit,
+        // Past the database-wide buffer limit (the reservation fails),
         // this commit folds the buffer itself.
         let bufferable = !st.needs_tree_commit()
-            && st.base.buffer.bytes() < self.shared.options.buffer_fold_bytes
             && payload
                 .as_ref()
                 .is_some_and(|p| p.len() as u64 <= self.shared.wal().options().max_record_bytes);
