@@ -134,6 +134,9 @@ pub struct TableWrites {
     hasher: DefaultHashBuilder,
     order: RefCell<Order>,
     delta: i64,
+    /// Set by a write whose key's earlier presence was not given (WAL
+    /// replay): `delta` is unknown until [`TableWrites::resolve`].
+    blind: bool,
     bytes: u64,
 }
 
@@ -172,9 +175,33 @@ impl TableWrites {
         self.bytes
     }
 
-    /// Entry-count change of these writes.
-    pub fn delta(&self) -> i64 {
-        self.delta
+    /// Entry-count change of these writes; `None` while blind writes are
+    /// unresolved.
+    pub fn delta(&self) -> Option<i64> {
+        (!self.blind).then_some(self.delta)
+    }
+
+    /// Computes the entry-count change of blind writes: `existed` says,
+    /// for each written key in key order, whether it was present before
+    /// this write set.
+    pub fn resolve(
+        &mut self,
+        mut existed: impl FnMut(&[u8]) -> crate::error::Result<bool>,
+    ) -> crate::error::Result<()> {
+        if !self.blind {
+            return Ok(());
+        }
+        let mut keys: Vec<(OrdKey, bool)> = (self.map.iter())
+            .map(|w| (OrdKey::new(w.key.clone()), w.slot.is_some()))
+            .collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut delta = 0;
+        for (k, present) in keys {
+            delta += i64::from(present) - i64::from(existed(&k.key)?);
+        }
+        self.delta = delta;
+        self.blind = false;
+        Ok(())
     }
 
     /// Number of keys written.
@@ -205,9 +232,14 @@ impl TableWrites {
         v.into_iter().map(|(k, s)| (k.key, s)).collect()
     }
 
-    /// Records the write; returns the change in bytes charged.
-    fn record(&mut self, key: &[u8], slot: Slot, existed: bool) -> i64 {
-        self.delta += i64::from(slot.is_some()) - i64::from(existed);
+    /// Records the write (`existed`: whether the key was present just
+    /// before; `None`: unknown, a blind write); returns the change in bytes
+    /// charged.
+    fn record(&mut self, key: &[u8], slot: Slot, existed: Option<bool>) -> i64 {
+        match existed {
+            Some(e) => self.delta += i64::from(slot.is_some()) - i64::from(e),
+            None => self.blind = true,
+        }
         let add = charge(key, &slot);
         let hash = self.hasher.hash_one(key);
         let sub = match self.map.find_mut(hash, |w| *w.key == *key) {
@@ -250,11 +282,25 @@ impl WriteSet {
             .tables
             .entry(table)
             .or_default()
-            .record(key, slot, existed);
+            .record(key, slot, Some(existed));
         self.bytes = self
             .bytes
             .checked_add_signed(change)
             .expect("write-set bytes below zero");
+    }
+
+    /// Records that `key` of `table` becomes `slot` without knowing
+    /// whether it existed before (WAL replay, which must not read the tree
+    /// per record): the table's count change is computed later, by
+    /// [`TableWrites::resolve`], or by applying the writes.
+    pub fn record_blind(&mut self, table: TableId, key: &[u8], slot: Slot) {
+        let change = (self.tables.entry(table).or_default()).record(key, slot, None);
+        self.bytes = (self.bytes.checked_add_signed(change)).expect("write-set bytes below zero");
+    }
+
+    /// The writes of `table`, to resolve their count change.
+    pub fn table_mut(&mut self, table: TableId) -> Option<&mut TableWrites> {
+        self.tables.get_mut(&table)
     }
 
     /// The writes of `table`, if any.

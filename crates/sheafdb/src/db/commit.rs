@@ -530,7 +530,10 @@ pub(super) fn install_buffered(
         for (key, value) in w.iter() {
             base.buffer.insert(id, key, version, value.clone());
         }
-        *deltas.entry(id).or_default() += w.delta();
+        let delta = w
+            .delta()
+            .expect("a buffered commit's count changes are resolved");
+        *deltas.entry(id).or_default() += delta;
     }
     debug_assert_eq!(
         base.buffer.bytes() - before,

@@ -3,10 +3,13 @@
 //! Records are applied in LSN order. A CF's part of a record is applied
 //! only if the record starts at or after the CF's checkpoint LSN (older
 //! ones are already in its durable base). All replayed changes of a CF
-//! become one new version. Puts and removals go into a write set and
-//! that version is a buffered one (no page written at open; the next
-//! checkpoint folds it), unless a catalog operation came first or the
-//! write set passed the fold threshold: then the replay writes the trees
+//! become one new version. Puts and removals go into a write set without
+//! reading the tree (blind writes: nothing per record but decoding and a
+//! hash probe), and that version is a buffered one (no page written at
+//! open; the next checkpoint folds it; the count changes are found by one
+//! sorted pass over the written keys), unless a catalog operation came or
+//! the write set passed the fold threshold: then the pending writes are
+//! applied to the trees as one sorted batch, later ones keep collecting,
 //! and the version's pages stay dirty until the next checkpoint, exactly
 //! like ordinary tree commits.
 //!
@@ -119,6 +122,9 @@ impl Replayer {
             if bufferable && r.state.writes.is_empty() {
                 continue;
             }
+            if bufferable {
+                r.resolve_counts()?;
+            }
             // Within the database-wide buffer limit, or the trees are
             // written (B1 holds from the first version on).
             let reserved = bufferable
@@ -126,9 +132,7 @@ impl Replayer {
                 .flatten();
             let buffered = reserved.is_some();
             if !buffered {
-                if bufferable {
-                    r.write_trees()?;
-                }
+                r.write_trees()?;
                 r.state.flush_tables()?;
                 r.state.pages.check_frees()?;
             }
@@ -207,36 +211,41 @@ impl CfReplay {
     }
 
     /// Records a put (`Some`) or removal of `key` in the replay's write
-    /// set, to become buffered commits (no tree work), or applies it to the
-    /// tree once the replay writes trees (after a catalog operation, or
-    /// once the write set passes the fold threshold).
+    /// set, blind (the tree is not read). Past the fold threshold the
+    /// pending writes are applied to the trees as one batch.
     fn write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        if self.state.folded {
-            return self.with_tree(id, |p, r| match value {
-                Some(v) => btree::insert(p, r, key, v).map(drop),
-                None => btree::remove(p, r, key).map(drop),
-            });
-        }
-        let root = self.table(id)?.root();
+        self.table(id)?;
         let st = &mut self.state;
-        let existed = match st.writes.table(id).and_then(|w| w.get(key)) {
-            Some(slot) => slot.is_some(),
-            None => btree::get(&st.pages, &root, key)?.is_some(),
-        };
-        if value.is_none() && !existed {
-            return Ok(());
-        }
-        st.writes.record(id, key, value.map(Arc::from), existed);
+        st.writes.record_blind(id, key, value.map(Arc::from));
         if st.writes.bytes() > self.fold_bytes {
             self.write_trees()?;
         }
         Ok(())
     }
 
-    /// From here on the replay writes the trees: the pending writes first.
+    /// Applies the pending writes to the trees (one sorted batch per
+    /// table); the version replay makes is then a tree commit.
     fn write_trees(&mut self) -> Result<()> {
         self.state.fold_base()?;
         self.state.apply_writes()
+    }
+
+    /// Finds each table's count change for a buffered version: one pass
+    /// over the written keys in order, looking each up in the tree.
+    fn resolve_counts(&mut self) -> Result<()> {
+        let st = &mut self.state;
+        debug_assert_eq!(st.base.buffer.entries(), 0, "replay over a buffer");
+        for id in st.writes.tables() {
+            let root = (st.tables.values())
+                .find(|t| t.meta.id == id)
+                .map(|t| t.root())
+                .ok_or_else(|| corrupt(format!("writes to unloaded table {id}")))?;
+            let pages = &st.pages;
+            if let Some(w) = st.writes.table_mut(id) {
+                w.resolve(|k| Ok(btree::get(pages, &root, k)?.is_some()))?;
+            }
+        }
+        Ok(())
     }
 
     fn apply(&mut self, op: &Op<'_>) -> Result<()> {

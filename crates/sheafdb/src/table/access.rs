@@ -400,7 +400,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             .get(&self.name)
             .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
         let id = t.meta.id;
-        let delta = st.writes.table(id).map_or(0, |w| w.delta());
+        let delta = st.writes.table(id).map_or(Some(0), |w| w.delta());
+        let delta = delta.expect("a transaction's own writes are never blind");
         let len = st
             .base_len(&t.meta)?
             .checked_add_signed(delta)
