@@ -169,7 +169,9 @@ impl MemBuffer {
     /// one thread at a time (the committer, under its CF's commit gate),
     /// with versions that never go backwards; readers may run meanwhile
     /// and see the entry only once their snapshot reaches `version`.
-    pub fn insert(&self, table: TableId, key: &[u8], version: Version, slot: Slot) {
+    /// The key is shared, not copied, when the caller has it shared.
+    pub fn insert(&self, table: TableId, key: impl Into<Arc<[u8]>>, version: Version, slot: Slot) {
+        let key: Arc<[u8]> = key.into();
         assert!(
             !self.frozen.load(Ordering::Acquire),
             "insert into a frozen buffer"
@@ -182,12 +184,12 @@ impl MemBuffer {
         );
         let charge =
             key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
+        self.filter.add(hash(table, &key));
         let k = BufKey {
             table,
-            key: Arc::from(key),
+            key,
             rev: u64::MAX - version.0,
         };
-        self.filter.add(hash(table, key));
         let e = self.map.get_or_insert(k, slot);
         debug_assert_eq!(e.key().version(), version);
         self.newest.store(version.0, Ordering::Release);

@@ -80,7 +80,7 @@ fn fill(rng: &mut StdRng, buf: &MemBuffer, first: u64, versions: u64, hist: &mut
                 continue; // one write per key per commit, as a write set gives
             }
             let s = slot(rng);
-            buf.insert(t, &k, Version(v), s.clone());
+            buf.insert(t, &k[..], Version(v), s.clone());
             hist.entry((t, k)).or_default().push((Version(v), s));
         }
     }
@@ -147,8 +147,8 @@ fn a_buffer_answers_points_and_seeks_like_its_history() {
 fn buffer_figures_follow_inserts() {
     let buf = MemBuffer::new();
     assert_eq!(buf.versions(), None);
-    buf.insert(T1, b"ab", Version(4), Some(Arc::from(&b"xyz"[..])));
-    buf.insert(T1, b"ab", Version(6), None);
+    buf.insert(T1, &b"ab"[..], Version(4), Some(Arc::from(&b"xyz"[..])));
+    buf.insert(T1, &b"ab"[..], Version(6), None);
     assert_eq!(buf.versions(), Some((Version(4), Version(6))));
     assert_eq!(buf.entries(), 2);
     assert_eq!(buf.bytes(), 2 + 3 + 2 + 2 * super::mem::ENTRY_OVERHEAD);
@@ -160,8 +160,8 @@ fn buffer_figures_follow_inserts() {
 #[should_panic(expected = "versions went backwards")]
 fn a_buffer_refuses_an_older_version() {
     let buf = MemBuffer::new();
-    buf.insert(T1, b"a", Version(5), None);
-    buf.insert(T1, b"b", Version(4), None);
+    buf.insert(T1, &b"a"[..], Version(5), None);
+    buf.insert(T1, &b"b"[..], Version(4), None);
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn a_buffer_refuses_an_older_version() {
 fn a_frozen_buffer_refuses_inserts() {
     let buf = MemBuffer::new();
     buf.freeze();
-    buf.insert(T1, b"a", Version(5), None);
+    buf.insert(T1, &b"a"[..], Version(5), None);
 }
 
 /// A tree, two buffers over it and a write set over those, with the
@@ -432,9 +432,9 @@ fn readers_see_exactly_their_version_during_inserts() {
         .collect();
     for v in 1..=N {
         let k = v.to_be_bytes();
-        buf.insert(T1, &k, Version(v), Some(Arc::from(&k[..])));
+        buf.insert(T1, &k[..], Version(v), Some(Arc::from(&k[..])));
         if v > 1 {
-            buf.insert(T1, &(v - 1).to_be_bytes(), Version(v), None);
+            buf.insert(T1, &(v - 1).to_be_bytes()[..], Version(v), None);
         }
         published.store(v, Ordering::Release);
     }

@@ -528,7 +528,7 @@ pub(super) fn install_buffered(
             continue;
         };
         for (key, value) in w.iter() {
-            base.buffer.insert(id, key, version, value.clone());
+            base.buffer.insert(id, key.clone(), version, value.clone());
         }
         let delta = w
             .delta()

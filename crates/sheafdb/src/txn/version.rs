@@ -194,7 +194,7 @@ impl FoldCarry {
         let rest = Arc::new(MemBuffer::new());
         for (table, key, version, slot) in head.buffer.entries_after(folded.version) {
             debug_assert!(version <= head.version, "an entry newer than the head");
-            rest.insert(table, &key, version, slot);
+            rest.insert(table, key, version, slot);
         }
         let mut deltas = (*head.deltas).clone();
         for (id, d) in folded.deltas.iter() {
