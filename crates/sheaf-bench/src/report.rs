@@ -124,6 +124,8 @@ struct JsonDoc<'a> {
 struct JsonEngine {
     name: &'static str,
     durability: &'static str,
+    /// The engine's `SyncMode::Relaxed`, if it has one.
+    relaxed: Option<&'static str>,
 }
 
 impl Report {
@@ -212,6 +214,7 @@ impl Report {
                 .map(|k| JsonEngine {
                     name: k.name(),
                     durability: k.durability_note(),
+                    relaxed: k.relaxed(),
                 })
                 .collect(),
             notes: &self.notes,
@@ -233,7 +236,14 @@ impl Report {
             self.machine.cpus, self.machine.fsync_p50_us
         );
         for k in &self.engines {
-            let _ = writeln!(s, "  {:<8} {}", k.name(), k.durability_note());
+            let relaxed = k.relaxed().map(|r| format!("; relaxed: {r}"));
+            let _ = writeln!(
+                s,
+                "  {:<8} {}{}",
+                k.name(),
+                k.durability_note(),
+                relaxed.unwrap_or_default()
+            );
         }
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");

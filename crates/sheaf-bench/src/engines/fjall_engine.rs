@@ -36,7 +36,8 @@ pub struct FjallEngine {
 fn persist_mode(mode: SyncMode) -> PersistMode {
     match mode {
         SyncMode::Durable => PersistMode::SyncData,
-        SyncMode::NoSync => PersistMode::Buffer,
+        // No mode between the two (`EngineKind::relaxed` is `None`).
+        SyncMode::NoSync | SyncMode::Relaxed => PersistMode::Buffer,
     }
 }
 

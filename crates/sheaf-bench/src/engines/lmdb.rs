@@ -96,7 +96,8 @@ impl LmdbEngine {
     /// Makes the env flags match `mode`. Must be called while holding the
     /// write transaction, which makes this thread the only one committing.
     fn set_mode_locked(&self, mode: SyncMode) -> Result<()> {
-        let want_no_sync = mode == SyncMode::NoSync;
+        // No mode between the two (`EngineKind::relaxed` is `None`).
+        let want_no_sync = mode != SyncMode::Durable;
         if self.no_sync.load(Ordering::Acquire) == want_no_sync {
             return Ok(());
         }

@@ -54,6 +54,12 @@ pub enum SyncMode {
     /// The engine's cheapest mode that still commits atomically; no promise
     /// about power loss (see each engine's [`EngineKind::durability_note`]).
     NoSync,
+    /// Between the two, where the engine has such a mode
+    /// ([`EngineKind::relaxed`]): the commit survives a process crash
+    /// once the call returns, and a power loss may lose the last moments
+    /// of commits (sheafdb `Eventual`, SQLite `synchronous=NORMAL` in WAL
+    /// mode). Suites ask for it only from engines that have it.
+    Relaxed,
 }
 
 impl SyncMode {
@@ -62,6 +68,7 @@ impl SyncMode {
         match self {
             SyncMode::Durable => "durable",
             SyncMode::NoSync => "no-sync",
+            SyncMode::Relaxed => "relaxed",
         }
     }
 }
@@ -150,6 +157,18 @@ impl EngineKind {
             .into_iter()
             .filter(|k| k.compiled_in())
             .collect()
+    }
+
+    /// The engine's [`SyncMode::Relaxed`], if it has one: what it is.
+    pub fn relaxed(self) -> Option<&'static str> {
+        match self {
+            EngineKind::Sheafdb => Some(
+                "Durability::Eventual (record written to the OS before commit returns; \
+                 fdatasync'ed within the 50 ms sync interval)",
+            ),
+            EngineKind::Sqlite => Some("WAL mode, PRAGMA synchronous=NORMAL"),
+            _ => None,
+        }
     }
 
     /// Exactly how durable and no-sync commits are made, for the output

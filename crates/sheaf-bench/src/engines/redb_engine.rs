@@ -33,7 +33,8 @@ pub struct RedbEngine {
 fn durability(mode: SyncMode) -> Durability {
     match mode {
         SyncMode::Durable => Durability::Immediate,
-        SyncMode::NoSync => Durability::None,
+        // No mode between the two (`EngineKind::relaxed` is `None`).
+        SyncMode::NoSync | SyncMode::Relaxed => Durability::None,
     }
 }
 

@@ -65,6 +65,7 @@ fn durability(mode: SyncMode) -> Durability {
     match mode {
         SyncMode::Durable => Durability::Immediate,
         SyncMode::NoSync => Durability::None,
+        SyncMode::Relaxed => Durability::Eventual,
     }
 }
 

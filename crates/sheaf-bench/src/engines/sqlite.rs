@@ -68,6 +68,7 @@ fn set_synchronous(conn: &Connection, mode: SyncMode) -> Result<()> {
     let value = match mode {
         SyncMode::Durable => "FULL",
         SyncMode::NoSync => "OFF",
+        SyncMode::Relaxed => "NORMAL",
     };
     conn.pragma_update(None, "synchronous", value)?;
     Ok(())
