@@ -109,7 +109,13 @@ impl DbShared {
             !cfs.iter().any(|c| dropped.iter().any(|d| d.id == c.id)),
             "a CF is both live and dropped"
         );
-        self.ckpt.last_lsn.store(log_end.0, Ordering::Relaxed);
+        let prev_start = self.ckpt.last_lsn.swap(log_end.0, Ordering::Relaxed);
+        // Nothing logged since the last checkpoint began: the log is idle,
+        // and keeps no free segment file.
+        let keep_wal_bytes = match prev_start == log_end.0 {
+            true => 0,
+            false => self.options.checkpoint_wal_bytes,
+        };
         let mut plans = plan(&cfs, &db_snapshot, extra);
         let mut runs = Vec::new();
         let mut descriptors = Vec::new();
@@ -138,6 +144,7 @@ impl DbShared {
         }
         debug_assert!(self.wal().synced_lsn() >= log_end, "O8: WAL not durable");
         if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
+            self.give_back_wal(keep_wal_bytes);
             return Ok(());
         }
         // Dropped CFs leave the system tree (their descriptor is removed).
@@ -157,7 +164,17 @@ impl DbShared {
         drop(plans);
         self.release_dropped(&dropped);
         self.wal().release_before(replay_lsn);
+        self.give_back_wal(keep_wal_bytes);
         Ok(())
+    }
+
+    /// Deletes free WAL segment files beyond `keep_bytes` (design.md
+    /// "WAL size"). They hold nothing replay needs, so a failure to delete
+    /// one costs only disk space and fails nothing.
+    pub(crate) fn give_back_wal(&self, keep_bytes: u64) {
+        if let Some(wal) = self.wal_if_open() {
+            let _ = wal.give_back(keep_bytes);
+        }
     }
 
     /// Collects the dirty runs of `S_c`'s trees and builds its descriptor.

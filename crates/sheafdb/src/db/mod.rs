@@ -61,6 +61,7 @@ pub(crate) struct Options {
     pub durability: Durability,
     pub sync_interval: Duration,
     pub wal_segment_bytes: u64,
+    pub wal_first_segment_bytes: u64,
     pub wal_record_max_bytes: usize,
     pub checkpoint_wal_bytes: u64,
     pub checkpoint_dirty_bytes: u64,
@@ -83,6 +84,7 @@ impl Default for Options {
             durability: Durability::Immediate,
             sync_interval: Duration::from_millis(50),
             wal_segment_bytes: 32 << 20,
+            wal_first_segment_bytes: crate::wal::DEFAULT_MIN_SEGMENT_BYTES,
             wal_record_max_bytes: 16 << 20,
             checkpoint_wal_bytes: 64 << 20,
             checkpoint_dirty_bytes: 256 << 20,
@@ -272,9 +274,21 @@ impl Builder {
         self
     }
 
-    /// Size of each preallocated WAL segment file (default 32 MiB).
+    /// Working size of the WAL's preallocated segment files (default 32
+    /// MiB): no segment file is larger. A new log starts with one small
+    /// file ([`Builder::wal_first_segment_bytes`]) and each file it adds
+    /// doubles, up to this; checkpoints delete free files past what the
+    /// log writes between two checkpoints, and all of them when the log
+    /// was idle or the database closes (design.md "WAL size").
     pub fn wal_segment_bytes(mut self, bytes: u64) -> Self {
         self.options.wal_segment_bytes = bytes;
+        self
+    }
+
+    /// Size of the first WAL segment file of a new log (default 256 KiB,
+    /// at most the working size): a small database keeps a small log.
+    pub fn wal_first_segment_bytes(mut self, bytes: u64) -> Self {
+        self.options.wal_first_segment_bytes = bytes;
         self
     }
 
@@ -553,7 +567,10 @@ impl Database {
         self.shared
             .wal()
             .sync()
-            .inspect_err(|e| self.shared.poison(e))
+            .inspect_err(|e| self.shared.poison(e))?;
+        // Nothing is left to replay: the log keeps only its open file.
+        self.shared.give_back_wal(0);
+        Ok(())
     }
 }
 

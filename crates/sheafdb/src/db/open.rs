@@ -100,6 +100,7 @@ fn make_durable(vfs: &dyn Vfs, storage: &dyn Storage) -> Result<()> {
 
 fn wal_options(opts: &Builder) -> Result<WalOptions> {
     let mut w = WalOptions::with_segment_bytes(opts.options.wal_segment_bytes);
+    w.min_segment_bytes = opts.options.wal_first_segment_bytes.min(w.segment_bytes);
     w.max_record_bytes = w
         .max_record_bytes
         .min(opts.options.wal_record_max_bytes as u64);
@@ -150,6 +151,7 @@ fn checkpoint_floor(shared: &DbShared) -> Lsn {
 
 fn wal_options_for(shared: &DbShared) -> WalOptions {
     let mut w = WalOptions::with_segment_bytes(shared.options.wal_segment_bytes);
+    w.min_segment_bytes = shared.options.wal_first_segment_bytes.min(w.segment_bytes);
     w.max_record_bytes = w
         .max_record_bytes
         .min(shared.options.wal_record_max_bytes as u64);

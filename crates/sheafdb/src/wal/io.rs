@@ -1,8 +1,9 @@
 //! The I/O side of the writer: executes pending steps on segment files.
 //!
 //! Owns: the open segment file handles, creating and preallocating segment
-//! files, writing headers and frame runs, and syncing every file written
-//! since the last sync. Exactly one I/O leader uses it at a time (it is moved
+//! files (each to the size its first use's header names), deleting files
+//! the writer gives back, writing headers and frame runs, and syncing
+//! every file written since the last sync. Exactly one I/O leader uses it at a time (it is moved
 //! out of the WAL state for the duration of a round, so no lock is held
 //! during I/O).
 //!
@@ -27,8 +28,9 @@ const PREALLOCATE_CHUNK_BYTES: u64 = 1 << 20;
 pub(crate) struct SegmentIo {
     vfs: Arc<dyn Vfs>,
     db_name: String,
-    segment_bytes: u64,
     files: Vec<Option<Arc<dyn Storage>>>,
+    /// Size each slot's file was written for (its current use's header).
+    sizes: Vec<u64>,
     /// Slots written since their last `sync_data`, in first-write order.
     dirty: Vec<usize>,
 }
@@ -45,15 +47,30 @@ impl SegmentIo {
     pub fn new(
         vfs: Arc<dyn Vfs>,
         db_name: &str,
-        segment_bytes: u64,
         files: Vec<Option<Arc<dyn Storage>>>,
     ) -> SegmentIo {
         SegmentIo {
             vfs,
             db_name: db_name.to_owned(),
-            segment_bytes,
+            sizes: vec![0; files.len()],
             files,
             dirty: Vec::new(),
+        }
+    }
+
+    /// Deletes slot `slot`'s file (the writer gave it back: it holds no
+    /// use replay could need, so a deletion a crash undoes is harmless).
+    pub fn remove(&mut self, slot: usize) -> io::Result<()> {
+        debug_assert!(
+            !self.dirty.contains(&slot),
+            "a file with unsynced writes is deleted"
+        );
+        if let Some(f) = self.files.get_mut(slot) {
+            *f = None;
+        }
+        match self.vfs.remove(&segment_name(&self.db_name, slot)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -116,12 +133,15 @@ impl SegmentIo {
         header: &SegmentHeader,
         preallocate: bool,
     ) -> io::Result<()> {
-        debug_assert_eq!(header.segment_bytes, self.segment_bytes);
         debug_assert!(header.seq >= 1, "a use without a sequence number");
         debug_assert!(header.salt != 0, "a use without a salt");
         let block = header.encode();
+        if self.sizes.len() <= slot {
+            self.sizes.resize(slot + 1, 0);
+        }
+        self.sizes[slot] = header.segment_bytes;
         if preallocate {
-            return self.preallocate(slot, &block);
+            return self.preallocate(slot, &block, header.segment_bytes);
         }
         self.file(slot)?.write_at(0, &block)?;
         self.mark_dirty(slot);
@@ -130,7 +150,12 @@ impl SegmentIo {
 
     /// Creates (if missing) slot `slot`'s file, writes `header_block` and
     /// zeros up to exactly `segment_bytes`, and makes it all durable.
-    fn preallocate(&mut self, slot: usize, header_block: &[u8]) -> io::Result<()> {
+    fn preallocate(
+        &mut self,
+        slot: usize,
+        header_block: &[u8],
+        segment_bytes: u64,
+    ) -> io::Result<()> {
         let created = self.files.get(slot).is_none_or(Option::is_none);
         if created {
             let file = self
@@ -145,13 +170,13 @@ impl SegmentIo {
         file.write_at(0, header_block)?;
         let zeros = vec![0u8; PREALLOCATE_CHUNK_BYTES as usize];
         let mut pos = HEADER_BLOCK_BYTES;
-        while pos < self.segment_bytes {
-            let n = (self.segment_bytes - pos).min(PREALLOCATE_CHUNK_BYTES);
+        while pos < segment_bytes {
+            let n = (segment_bytes - pos).min(PREALLOCATE_CHUNK_BYTES);
             file.write_at(pos, &zeros[..n as usize])?;
             pos += n;
         }
-        if file.len()? != self.segment_bytes {
-            file.set_len(self.segment_bytes)?;
+        if file.len()? != segment_bytes {
+            file.set_len(segment_bytes)?;
         }
         file.sync_data()?;
         if created {
@@ -161,7 +186,10 @@ impl SegmentIo {
     }
 
     fn write_run(&mut self, run: &FrameRun) -> io::Result<()> {
-        debug_assert!(run.offset + run.len_bytes() <= self.segment_bytes);
+        debug_assert!(
+            run.offset + run.len_bytes() <= self.sizes.get(run.slot).copied().unwrap_or(0),
+            "frames written past their segment's end"
+        );
         debug_assert!(
             run.offset >= HEADER_BLOCK_BYTES,
             "frames written over a header block"

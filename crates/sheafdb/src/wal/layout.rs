@@ -1,9 +1,12 @@
 //! The in-memory side of the writer: where each record goes.
 //!
 //! Owns: LSN assignment, the choice of segment slot for each new use
-//! (recycling before creating), and the queue of pending [`Step`]s that an
-//! I/O leader later executes in order. No I/O happens here; every method
-//! runs under the WAL state mutex and is short.
+//! (recycling before creating), the size of each new segment file (the
+//! first is small; each new file doubles up to the working size, so a
+//! small database has a small log and a busy one grows to its working
+//! size), which free segment files may be given back, and the queue of
+//! pending [`Step`]s that an I/O leader later executes in order. No I/O
+//! happens here; every method runs under the WAL state mutex and is short.
 //!
 //! Invariants:
 //! - pending steps are in LSN order and, concatenated, cover every record
@@ -44,10 +47,31 @@ pub(crate) struct UseMeta {
 pub(crate) struct SlotMeta {
     /// The file exists, or a queued step creates it.
     pub exists: bool,
-    /// The file is exactly `segment_bytes` long (no preallocation needed).
-    pub sized: bool,
+    /// The file's length when it is a valid segment size (a use of it
+    /// then needs no preallocation); 0 when absent or of another length.
+    pub bytes: u64,
     /// The live use it holds, if any.
     pub holds: Option<UseMeta>,
+}
+
+impl SlotMeta {
+    /// True if the slot holds no use that is still needed.
+    fn is_free(&self, released: Lsn) -> bool {
+        match self.holds {
+            None => true,
+            Some(UseMeta { end: Some(e), .. }) => e <= released,
+            Some(UseMeta { end: None, .. }) => false,
+        }
+    }
+}
+
+/// Sizes of segment files: the first new file gets `min_bytes`, each new
+/// one twice the last (or what one frame needs), never more than
+/// `max_bytes` (the working size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentSizes {
+    pub min_bytes: u64,
+    pub max_bytes: u64,
 }
 
 /// A unit of work for the I/O leader, executed in queue order.
@@ -141,7 +165,9 @@ pub(crate) struct Layout {
     pub next_lsn: Lsn,
     /// Records below this are no longer needed.
     pub released_lsn: Lsn,
-    segment_bytes: u64,
+    sizes: SegmentSizes,
+    /// Size of the next segment file created.
+    next_new_bytes: u64,
     open: Option<OpenUse>,
     slots: Vec<SlotMeta>,
     next_seq: u64,
@@ -172,12 +198,19 @@ pub(crate) struct Resume {
 impl Layout {
     /// A layout continuing a recovered log. No use is open: the first
     /// append starts a fresh one.
-    pub fn resume(segment_bytes: u64, r: Resume) -> Layout {
+    pub fn resume(sizes: SegmentSizes, r: Resume) -> Layout {
         debug_assert!(r.next_seq >= 1);
+        debug_assert!(sizes.min_bytes <= sizes.max_bytes, "segment sizes inverted");
+        // Growth goes on from the largest file the log already has.
+        let largest = r.slots.iter().map(|s| s.bytes).max().unwrap_or(0);
+        let next_new_bytes = largest
+            .saturating_mul(2)
+            .clamp(sizes.min_bytes, sizes.max_bytes);
         Layout {
             next_lsn: r.next_lsn,
             released_lsn: r.released_lsn,
-            segment_bytes,
+            sizes,
+            next_new_bytes,
             open: None,
             slots: r.slots,
             next_seq: r.next_seq,
@@ -196,10 +229,10 @@ impl Layout {
     /// by a use not yet released.
     pub fn push(&mut self, frame: PreparedFrame<'_>) -> Result<(Lsn, Lsn), SlotsExhausted> {
         let frame_bytes = frame.frame_bytes();
-        debug_assert!(frame_bytes <= self.segment_bytes - HEADER_BLOCK_BYTES);
+        debug_assert!(frame_bytes <= self.sizes.max_bytes - HEADER_BLOCK_BYTES);
         if !self.fits(frame_bytes) {
-            let slot = self.pick_slot().ok_or(SlotsExhausted)?;
-            self.switch_use(slot);
+            let (slot, bytes) = self.pick_slot(frame_bytes).ok_or(SlotsExhausted)?;
+            self.switch_use(slot, bytes);
         }
         let open = self.open.expect("a use is open after a switch");
         let lsn = self.next_lsn;
@@ -283,6 +316,16 @@ impl Layout {
         self.slots.iter().filter(|s| s.exists).count()
     }
 
+    /// Bytes of the segment files that exist (or will once queued steps
+    /// run), as far as the writer knows their sizes.
+    pub fn slot_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| s.exists)
+            .map(|s| s.bytes)
+            .sum()
+    }
+
     fn fits(&self, frame_bytes: u64) -> bool {
         self.open
             .is_some_and(|o| self.next_lsn.0 + frame_bytes <= o.limit.0)
@@ -311,8 +354,8 @@ impl Layout {
     }
 
     /// Closes the open use (if any) at `next_lsn` and opens a new one there,
-    /// in `slot`.
-    fn switch_use(&mut self, slot: usize) {
+    /// in `slot`, whose file is (or becomes) `bytes` long.
+    fn switch_use(&mut self, slot: usize, bytes: u64) {
         let start = self.next_lsn;
         if let Some(old) = self.open.take() {
             if let Some(u) = self.slots[old.slot].holds.as_mut() {
@@ -331,7 +374,7 @@ impl Layout {
             salt: fresh_salt(seq, self.prev_salt),
             prev_salt: self.prev_salt,
             start_lsn: start,
-            segment_bytes: self.segment_bytes,
+            segment_bytes: bytes,
             db_id: self.db_id,
             generation: self.generation,
         };
@@ -341,10 +384,10 @@ impl Layout {
         } else {
             self.switches.created += 1;
         }
-        let preallocate = !meta.sized;
+        let preallocate = meta.bytes != bytes;
         *meta = SlotMeta {
             exists: true,
-            sized: true,
+            bytes,
             holds: Some(UseMeta {
                 seq,
                 start,
@@ -365,38 +408,78 @@ impl Layout {
         self.prev_salt = header.salt;
     }
 
-    /// The slot for a new use: a free existing file first, then the one
-    /// holding the oldest released use, then a new file (`slots.len()` if
-    /// no lower number is missing). `None` if that would reach the slot
-    /// limit ([`MAX_SLOTS`]).
-    fn pick_slot(&self) -> Option<usize> {
+    /// The slot for a new use that must hold a `frame_bytes` frame, and
+    /// its file size: a free existing file large enough first, then the
+    /// one large enough holding the oldest released use, then any free
+    /// file or else a new one (`slots.len()` if no lower number is
+    /// missing), made the next size.
+    /// `None` if that would reach the slot limit ([`MAX_SLOTS`]).
+    fn pick_slot(&mut self, frame_bytes: u64) -> Option<(usize, u64)> {
+        let need = frame_bytes + HEADER_BLOCK_BYTES;
         let released = self.released_lsn;
-        let free = self
-            .slots
-            .iter()
-            .position(|s| s.exists && s.holds.is_none());
+        let fits = |s: &SlotMeta| s.exists && s.bytes >= need;
+        let free = (self.slots.iter()).position(|s| fits(s) && s.holds.is_none());
         let oldest_released = || {
-            self.slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| match s.holds {
-                    Some(UseMeta {
-                        seq, end: Some(e), ..
-                    }) if s.exists && e <= released => Some((seq, i)),
-                    _ => None,
-                })
+            (self.slots.iter().enumerate())
+                .filter(|(_, s)| fits(s) && s.is_free(released))
+                .filter_map(|(i, s)| s.holds.map(|u| (u.seq, i)))
                 .min()
                 .map(|(_, i)| i)
         };
         if let Some(i) = free.or_else(oldest_released) {
-            return Some(i);
+            return Some((i, self.slots[i].bytes));
         }
-        let new = self
-            .slots
-            .iter()
-            .position(|s| !s.exists)
-            .unwrap_or(self.slots.len());
-        (new < self.max_slots).then_some(new)
+        // A free file too small (or of no valid size) is preallocated
+        // again to the next size, before a new slot number is taken.
+        let regrown = (self.slots.iter()).position(|s| s.exists && s.is_free(released));
+        let slot = regrown.unwrap_or_else(|| {
+            (self.slots.iter())
+                .position(|s| !s.exists)
+                .unwrap_or(self.slots.len())
+        });
+        if slot >= self.max_slots {
+            return None;
+        }
+        let bytes = (self
+            .next_new_bytes
+            .max(need.next_multiple_of(HEADER_BLOCK_BYTES)))
+        .min(self.sizes.max_bytes);
+        debug_assert!(bytes >= need, "a new segment too small for its frame");
+        debug_assert!(
+            bytes.is_multiple_of(HEADER_BLOCK_BYTES),
+            "segment size off the block"
+        );
+        self.next_new_bytes = bytes.saturating_mul(2).min(self.sizes.max_bytes);
+        Some((slot, bytes))
+    }
+
+    /// Free segment files (no live use) to delete so that at most
+    /// `keep_bytes` of free files remain, smallest first (larger ones serve
+    /// more records when the log is busy again). The open use's file is
+    /// never one. The slots are marked absent; the caller deletes them.
+    pub fn give_back(&mut self, keep_bytes: u64) -> Vec<usize> {
+        let released = self.released_lsn;
+        let open = self.open.map(|o| o.slot);
+        let mut free: Vec<(u64, usize)> = (self.slots.iter().enumerate())
+            .filter(|&(i, s)| s.exists && Some(i) != open && s.is_free(released))
+            .map(|(i, s)| (s.bytes, i))
+            .collect();
+        free.sort_unstable();
+        let mut total: u64 = free.iter().map(|(b, _)| b).sum();
+        let mut gone = Vec::new();
+        for (bytes, i) in free {
+            if total <= keep_bytes {
+                break;
+            }
+            total -= bytes;
+            self.slots[i] = SlotMeta::default();
+            gone.push(i);
+        }
+        debug_assert!(
+            gone.iter().all(|&i| Some(i) != open),
+            "the open use's file was given back"
+        );
+        gone
     }
 }
 
@@ -432,7 +515,10 @@ mod tests {
 
     fn fresh() -> Layout {
         Layout::resume(
-            SEG,
+            SegmentSizes {
+                min_bytes: SEG,
+                max_bytes: SEG,
+            },
             Resume {
                 slots: Vec::new(),
                 next_lsn: FIRST_LSN,
@@ -530,7 +616,10 @@ mod tests {
     fn large_payloads_get_their_own_buffer() {
         let big = vec![9u8; INLINE_PAYLOAD_MAX_BYTES + 1];
         let mut l2 = Layout::resume(
-            1 << 20,
+            SegmentSizes {
+                min_bytes: 1 << 20,
+                max_bytes: 1 << 20,
+            },
             Resume {
                 slots: Vec::new(),
                 next_lsn: FIRST_LSN,
@@ -552,5 +641,75 @@ mod tests {
         assert_eq!(run.len_bytes(), end.0 - FIRST_LSN.0);
         let total: usize = run.bufs.iter().map(Vec::len).sum();
         assert_eq!(total as u64, run.len_bytes());
+    }
+
+    /// New segment files start small and double up to the working size;
+    /// a frame larger than the next size gets a file that holds it; free
+    /// files beyond what is kept are given back, smallest first, never the
+    /// open one.
+    #[test]
+    fn segments_grow_from_small_and_free_ones_are_given_back() {
+        let sizes = SegmentSizes {
+            min_bytes: 3 * HEADER_BLOCK_BYTES,
+            max_bytes: 64 * HEADER_BLOCK_BYTES,
+        };
+        let mut l = Layout::resume(
+            sizes,
+            Resume {
+                slots: Vec::new(),
+                next_lsn: FIRST_LSN,
+                released_lsn: Lsn(0),
+                next_seq: 1,
+                prev_salt: 0,
+                db_id: 0,
+                generation: 0,
+            },
+        );
+        let payload = vec![5u8; 6000];
+        for _ in 0..40 {
+            l.push(PreparedFrame::new(&payload)).unwrap();
+        }
+        let b = begins(&l.take_pending());
+        let made: Vec<u64> = b.iter().map(|(_, h, _)| h.segment_bytes).collect();
+        assert_eq!(made[0], sizes.min_bytes);
+        assert!(made
+            .windows(2)
+            .all(|w| w[1] >= w[0] && w[1] <= 2 * w[0].max(8192)));
+        assert!(made.iter().all(|&m| m <= sizes.max_bytes));
+        assert!(made.len() >= 4, "{made:?}");
+        // A frame larger than the next size gets a file that holds it.
+        let big = vec![1u8; 40 * 4096];
+        l.push(PreparedFrame::new(&big)).unwrap();
+        let b = begins(&l.take_pending());
+        assert!(
+            b[0].1.segment_bytes >= 41 * 4096,
+            "{:?}",
+            b[0].1.segment_bytes
+        );
+        // Nothing released: nothing to give back.
+        assert!(l.give_back(0).is_empty());
+        // Everything below the log end released: every file but the open
+        // one may go; keeping some bytes keeps the largest.
+        l.release_before(l.next_lsn);
+        let files = l.slot_files();
+        assert!(
+            l.give_back(u64::MAX).is_empty(),
+            "keeping all gives nothing back"
+        );
+        let gone = l.give_back(sizes.max_bytes);
+        assert!(
+            !gone.is_empty() && gone.len() < files - 1,
+            "{gone:?} of {files}"
+        );
+        let gone_all = l.give_back(0);
+        assert_eq!(
+            l.slot_files(),
+            1,
+            "only the open use's file remains ({gone_all:?})"
+        );
+        // A new use after the give-back reuses or recreates slot numbers.
+        l.push(PreparedFrame::new(&big)).unwrap();
+        l.push(PreparedFrame::new(&big)).unwrap();
+        assert!(l.slot_files() >= 2);
     }
 }

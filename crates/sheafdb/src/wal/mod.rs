@@ -86,7 +86,9 @@ pub fn is_segment_of(db_name: &str, file: &str) -> bool {
 }
 
 use self::io::SegmentIo;
-use self::layout::{steps_end, Layout, PreparedFrame, Resume, SlotMeta, Step, UseMeta};
+use self::layout::{
+    steps_end, Layout, PreparedFrame, Resume, SegmentSizes, SlotMeta, Step, UseMeta,
+};
 use self::replay::{Recovered, ScannedSlot};
 use crate::error::{Error, PoisonCause, Result};
 use crate::storage::{Storage, Vfs};
@@ -95,9 +97,14 @@ use crate::types::Lsn;
 /// Sizes of the WAL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WalOptions {
-    /// Size of each segment file, header block included: a multiple of
-    /// 4096, at least 8 KiB (`MIN_SEGMENT_BYTES`).
+    /// The working size of a segment file, header block included: a
+    /// multiple of 4096, at least 8 KiB (`MIN_SEGMENT_BYTES`). No file is
+    /// larger.
     pub segment_bytes: u64,
+    /// Size of the first segment file a new log creates (each new file
+    /// then doubles up to `segment_bytes`): a multiple of 4096 between
+    /// 8 KiB and `segment_bytes`.
+    pub min_segment_bytes: u64,
     /// Largest payload `append` accepts; at most `segment_bytes -
     /// HEADER_BLOCK_BYTES - FRAME_HEADER_BYTES` (a frame fits in one
     /// segment). Larger commits must be made durable another way.
@@ -117,6 +124,7 @@ impl WalOptions {
     pub fn with_segment_bytes(segment_bytes: u64) -> WalOptions {
         WalOptions {
             segment_bytes,
+            min_segment_bytes: segment_bytes.min(DEFAULT_MIN_SEGMENT_BYTES),
             max_record_bytes: segment_bytes
                 .saturating_sub(HEADER_BLOCK_BYTES + FRAME_HEADER_BYTES as u64),
             db_id: 0,
@@ -131,6 +139,15 @@ impl WalOptions {
                 self.segment_bytes,
                 MIN_SEGMENT_BYTES,
                 segment::MAX_SEGMENT_BYTES
+            )));
+        }
+        if !segment::is_valid_segment_bytes(self.min_segment_bytes)
+            || self.min_segment_bytes > self.segment_bytes
+        {
+            return Err(Error::InvalidArgument(format!(
+                "WAL min_segment_bytes {} must be a multiple of 4096 between {} and \
+                 segment_bytes ({})",
+                self.min_segment_bytes, MIN_SEGMENT_BYTES, self.segment_bytes
             )));
         }
         let most = self.segment_bytes - HEADER_BLOCK_BYTES - FRAME_HEADER_BYTES as u64;
@@ -150,6 +167,10 @@ impl Default for WalOptions {
         WalOptions::with_segment_bytes(32 << 20)
     }
 }
+
+/// First segment size of a new log (`WalOptions::min_segment_bytes`
+/// default): small enough that a small database has a small log.
+pub const DEFAULT_MIN_SEGMENT_BYTES: u64 = 256 << 10;
 
 /// Counters for benchmarks and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -240,10 +261,14 @@ pub fn open(
     for s in &scanned {
         files[s.slot] = Some(Arc::clone(&s.file));
     }
-    let io = SegmentIo::new(vfs, name, opts.segment_bytes, files);
+    let io = SegmentIo::new(vfs, name, files);
+    let sizes = SegmentSizes {
+        min_bytes: opts.min_segment_bytes,
+        max_bytes: opts.segment_bytes,
+    };
     let wal = Wal {
         state: RankedMutex::new(State {
-            layout: Layout::resume(opts.segment_bytes, resume),
+            layout: Layout::resume(sizes, resume),
             written_lsn: next_lsn,
             synced_lsn: next_lsn,
             io_in_progress: false,
@@ -260,13 +285,16 @@ pub fn open(
 /// How the writer continues after replay: which slots hold kept uses, and
 /// where (and linked to what) the next use starts.
 fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, opts: &WalOptions, from: Lsn) -> Resume {
-    let segment_bytes = opts.segment_bytes;
     let slot_count = scanned.iter().map(|s| s.slot + 1).max().unwrap_or(0);
     let mut slots = vec![SlotMeta::default(); slot_count];
     for s in scanned {
+        // A file of another length (cut short, or not a segment size) is
+        // preallocated again before it is used.
+        let sized =
+            segment::is_valid_segment_bytes(s.len_bytes) && s.len_bytes <= opts.segment_bytes;
         slots[s.slot] = SlotMeta {
             exists: true,
-            sized: s.len_bytes == segment_bytes,
+            bytes: if sized { s.len_bytes } else { 0 },
             holds: None,
         };
     }
@@ -388,6 +416,35 @@ impl Wal {
     /// them): segments whose use lies wholly below become reusable.
     pub fn release_before(&self, lsn: Lsn) {
         self.state.lock().layout.release_before(lsn);
+    }
+
+    /// Deletes free segment files (no use replay could need) until at most
+    /// `keep_bytes` of them remain, smallest first; never the file records
+    /// are appended to. Runs like an I/O round (no lock held while files
+    /// are deleted); if a round is running it does nothing this time.
+    /// Returns the bytes given back.
+    pub fn give_back(&self, keep_bytes: u64) -> Result<u64> {
+        let mut st = self.state.lock();
+        if st.io_in_progress || st.poisoned.is_some() {
+            return Ok(0);
+        }
+        let before = st.layout.slot_bytes();
+        let gone = st.layout.give_back(keep_bytes);
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let freed = before - st.layout.slot_bytes();
+        let mut io = st.io.take().expect("I/O state is home between rounds");
+        st.io_in_progress = true;
+        let outcome = MutexGuard::unlocked(st.inner(), || {
+            gone.iter().try_for_each(|&slot| io.remove(slot))
+        });
+        st.io = Some(io);
+        st.io_in_progress = false;
+        self.round_done.notify_all();
+        // The files hold nothing needed: a failed deletion leaves a file
+        // the writer no longer counts (recreated or reused later).
+        outcome.map(|()| freed).map_err(Error::Io)
     }
 
     /// Log bytes appended since `lsn` (frames, plus any skipped segment
