@@ -31,11 +31,30 @@ pub(crate) struct Health {
     /// So every commit that passed the check is covered by close's final
     /// checkpoint and sync, and none starts after it.
     close_gate: RankedRwLock<(), { ranks::CLOSE_GATE }>,
+    /// Opened read-only: every write gets `Error::ReadOnly`.
+    read_only: bool,
 }
 
 impl Health {
-    /// Errors if the database refuses writes (it was poisoned).
+    /// The health of a database opened read-only (`true`) or read-write.
+    pub fn new(read_only: bool) -> Health {
+        Health {
+            read_only,
+            ..Health::default()
+        }
+    }
+
+    /// True if the database was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Errors if the database refuses writes (opened read-only, or
+    /// poisoned).
     pub fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned(self.poison_cause()));
         }

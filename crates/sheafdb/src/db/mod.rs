@@ -243,6 +243,7 @@ pub struct MemoryStats {
 #[derive(Debug, Clone)]
 pub struct Builder {
     page_size: usize,
+    read_only: bool,
     cache_bytes: usize,
     extent_first_bytes: Option<u64>,
     extent_max_bytes: Option<u64>,
@@ -253,6 +254,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             page_size: DEFAULT_PAGE_SIZE,
+            read_only: false,
             cache_bytes: 1 << 30,
             extent_first_bytes: None,
             extent_max_bytes: None,
@@ -388,6 +390,18 @@ impl Builder {
         }
     }
 
+    /// Opens read-only (`open` only; `create` refuses): a shared lock on
+    /// the data file (other read-only openers may hold it too, a
+    /// read-write opener excludes them and they it), no write to the data
+    /// file or the WAL, no sync. WAL records past the last checkpoint are
+    /// replayed into memory only, so the database reads as a read-write
+    /// open would show it. Every write (transactions, column-family
+    /// changes, `checkpoint`, `sync`) returns `Error::ReadOnly`.
+    pub fn read_only(mut self, on: bool) -> Self {
+        self.read_only = on;
+        self
+    }
+
     /// Opens the database at `path`, creating it if missing.
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database> {
         let (vfs, name) = split_path(path.as_ref())?;
@@ -440,6 +454,18 @@ impl Database {
     /// Opens an existing database at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<Database> {
         Builder::default().open(path)
+    }
+
+    /// Opens an existing database at `path` read-only (see
+    /// [`Builder::read_only`]): it never writes to the data file or the
+    /// WAL, and several read-only openers may share it.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database> {
+        Builder::default().read_only(true).open(path)
+    }
+
+    /// True if this database was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.shared.health.is_read_only()
     }
 
     /// Options for creating or opening.
@@ -559,7 +585,7 @@ impl Database {
 
     fn shutdown(&self) -> Result<()> {
         self.shared.stop_threads();
-        if !self.shared.health.mark_closed() {
+        if !self.shared.health.mark_closed() || self.shared.health.is_read_only() {
             return Ok(());
         }
         self.shared.health.check_writable()?;

@@ -44,24 +44,38 @@ pub(super) fn open(
             opts.page_size
         )));
     }
-    let mode = if create {
-        OpenMode::OpenOrCreate
-    } else {
-        OpenMode::Existing
+    let read_only = opts.read_only;
+    if read_only && create {
+        return Err(Error::InvalidArgument(
+            "a read-only open cannot create a database (use open)".into(),
+        ));
+    }
+    let mode = match (create, read_only) {
+        (true, _) => OpenMode::OpenOrCreate,
+        (false, false) => OpenMode::Existing,
+        (false, true) => OpenMode::ReadOnly,
     };
     if create && !vfs.exists(name)? {
         // Before the file exists: a refused create leaves nothing behind.
         refuse_orphan_wal(&*vfs, name)?;
     }
     let storage = vfs.open(name, mode)?;
-    let lock = vfs.lock(name).map_err(|e| match e.kind() {
+    // Readers share the lock; a read-write opener excludes everyone.
+    let lock = match read_only {
+        true => vfs.lock_shared(name),
+        false => vfs.lock(name),
+    };
+    let lock = lock.map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => Error::DatabaseAlreadyOpen,
         _ => Error::Io(e),
     })?;
     // A crashed process may have left writes in the OS cache that never
     // reached the disk; what open reads must be durable before anything
     // relies on it (recycling WAL segments below the replay start, say).
-    make_durable(&*vfs, &*storage)?;
+    // A read-only open relies on nothing durable: it writes nothing.
+    if !read_only {
+        make_durable(&*vfs, &*storage)?;
+    }
     let shared = match read_superblock(&*storage)? {
         Found::Database(sb) => open_existing(opts, storage, lock, sb)?,
         Found::Nothing | Found::Unfinished if create => {
@@ -86,7 +100,9 @@ pub(super) fn open(
         Found::Foreign(why) => return Err(Error::NotADatabase(format!("{name}: {why}"))),
     };
     open_wal(&shared, vfs, name)?;
-    shared.start_threads()?;
+    if !read_only {
+        shared.start_threads()?;
+    }
     Ok(Database { shared })
 }
 
@@ -127,7 +143,7 @@ fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()>
         .replayed_records
         .store(replayer.applied, std::sync::atomic::Ordering::Relaxed);
     replayer.finish()?;
-    if skipped {
+    if skipped && !shared.health.is_read_only() {
         // The log ended before a checkpoint LSN (it was damaged): make a
         // base past the skipped LSNs before anything new is appended.
         shared.checkpoint_all()?;
@@ -152,6 +168,7 @@ fn checkpoint_floor(shared: &DbShared) -> Lsn {
 fn wal_options_for(shared: &DbShared) -> WalOptions {
     let mut w = WalOptions::with_segment_bytes(shared.options.wal_segment_bytes);
     w.min_segment_bytes = shared.options.wal_first_segment_bytes.min(w.segment_bytes);
+    w.read_only = shared.health.is_read_only();
     w.max_record_bytes = w
         .max_record_bytes
         .min(shared.options.wal_record_max_bytes as u64);
@@ -310,7 +327,7 @@ fn new_shared(
         )),
         registry: CfRegistry::new(next_cf),
         ckpt: CheckpointState::new(sys, Triggers::new(&opts.options, page_size)),
-        health: Health::default(),
+        health: Health::new(opts.read_only),
         budget: super::budget::BufferBudget::new(
             opts.options.buffer_total_bytes,
             opts.options.buffer_limit_bytes,

@@ -72,12 +72,12 @@ impl FsVfs {
     }
 }
 
-/// Open options for `mode`; files are always opened for reading and writing.
+/// Open options for `mode`: reading and writing, except `ReadOnly`.
 fn open_options(mode: OpenMode) -> OpenOptions {
     let mut opts = OpenOptions::new();
-    opts.read(true).write(true);
+    opts.read(true).write(mode != OpenMode::ReadOnly);
     match mode {
-        OpenMode::Existing => {}
+        OpenMode::Existing | OpenMode::ReadOnly => {}
         OpenMode::CreateNew => {
             opts.create_new(true);
         }
@@ -94,10 +94,11 @@ impl Vfs for FsVfs {
         let file = open_options(mode)
             .open(&path)
             .map_err(|e| with_path(&path.display().to_string(), e))?;
-        Ok(Arc::new(FileStorage::named(
-            file,
-            path.display().to_string(),
-        )))
+        let storage = Arc::new(FileStorage::named(file, path.display().to_string()));
+        if mode == OpenMode::ReadOnly {
+            return Ok(Arc::new(super::ReadOnlyFile(storage)));
+        }
+        Ok(storage)
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {
@@ -130,18 +131,33 @@ impl Vfs for FsVfs {
 
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
         let file = open_options(OpenMode::OpenOrCreate).open(self.path(name)?)?;
-        match file.try_lock() {
-            Ok(()) => Ok(Box::new(FileLock { _file: file })),
-            Err(TryLockError::WouldBlock) => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{name} is locked by another handle"),
-            )),
-            Err(TryLockError::Error(e)) => Err(e),
-        }
+        lock_result(name, file.try_lock(), file)
+    }
+
+    fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
+        let file = open_options(OpenMode::ReadOnly).open(self.path(name)?)?;
+        lock_result(name, file.try_lock_shared(), file)
     }
 }
 
-/// Holds an exclusive `flock`; closing the file on drop releases it.
+/// The guard of a `try_lock`/`try_lock_shared` on `file`, or the error.
+fn lock_result(
+    name: &str,
+    locked: Result<(), TryLockError>,
+    file: File,
+) -> io::Result<Box<dyn LockGuard>> {
+    match locked {
+        Ok(()) => Ok(Box::new(FileLock { _file: file })),
+        Err(TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{name} is locked by another handle"),
+        )),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Holds an exclusive or shared `flock`; closing the file on drop
+/// releases it.
 #[derive(Debug)]
 struct FileLock {
     _file: File,

@@ -109,6 +109,9 @@ impl Vfs for HookVfs {
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
         self.inner.lock(name)
     }
+    fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
+        self.inner.lock_shared(name)
+    }
 }
 
 #[cfg(test)]

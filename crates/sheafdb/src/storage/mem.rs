@@ -12,7 +12,7 @@
 //!
 //! Must not know: what the bytes mean.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ use super::{LockGuard, OpenMode, Storage, Vfs};
 #[derive(Debug, Clone, Default)]
 pub struct MemVfs {
     files: Arc<Mutex<BTreeMap<String, Arc<MemFile>>>>,
-    locks: Arc<Mutex<HashSet<String>>>,
+    locks: LockTable,
 }
 
 impl MemVfs {
@@ -43,13 +43,16 @@ impl Vfs for MemVfs {
         let file = match (existing, mode) {
             (Some(_), OpenMode::CreateNew) => return Err(already_exists(name)),
             (Some(f), _) => f,
-            (None, OpenMode::Existing) => return Err(not_found(name)),
+            (None, OpenMode::Existing | OpenMode::ReadOnly) => return Err(not_found(name)),
             (None, _) => {
                 let f = Arc::new(MemFile::default());
                 files.insert(name.to_owned(), Arc::clone(&f));
                 f
             }
         };
+        if mode == OpenMode::ReadOnly {
+            return Ok(Arc::new(super::ReadOnlyFile(file)));
+        }
         Ok(file as Arc<dyn Storage>)
     }
 
@@ -81,28 +84,55 @@ impl Vfs for MemVfs {
             .lock()
             .entry(name.to_owned())
             .or_insert_with(|| Arc::new(MemFile::default()));
-        Ok(Box::new(NameLock::acquire(&self.locks, name)?))
+        Ok(Box::new(NameLock::acquire(&self.locks, name, false)?))
+    }
+
+    fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
+        check_name(name)?;
+        if !self.files.lock().contains_key(name) {
+            return Err(not_found(name));
+        }
+        Ok(Box::new(NameLock::acquire(&self.locks, name, true)?))
     }
 }
 
-/// An exclusive lock on a name in a shared set; dropping it releases it.
+/// Who holds the lock on a name: one exclusive holder, or this many
+/// shared ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    Exclusive,
+    Shared(usize),
+}
+
+/// The locks of a directory, by name.
+pub(crate) type LockTable = Arc<Mutex<HashMap<String, Held>>>;
+
+/// A lock on a name in a shared table; dropping it releases it.
 ///
 /// Used by [`MemVfs`] and [`super::sim::SimVfs`].
 #[derive(Debug)]
 pub(crate) struct NameLock {
-    locks: Arc<Mutex<HashSet<String>>>,
+    locks: LockTable,
     name: String,
 }
 
 impl NameLock {
-    /// Takes `name` in `locks`, or fails with `WouldBlock` if it is held.
-    pub(crate) fn acquire(locks: &Arc<Mutex<HashSet<String>>>, name: &str) -> io::Result<Self> {
-        if !locks.lock().insert(name.to_owned()) {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{name} is locked by another handle"),
-            ));
-        }
+    /// Takes `name` in `locks` (shared or exclusive), or fails with
+    /// `WouldBlock` if a holder excludes it.
+    pub(crate) fn acquire(locks: &LockTable, name: &str, shared: bool) -> io::Result<Self> {
+        let mut table = locks.lock();
+        let next = match (table.get(name).copied(), shared) {
+            (None, false) => Held::Exclusive,
+            (None, true) => Held::Shared(1),
+            (Some(Held::Shared(n)), true) => Held::Shared(n + 1),
+            (Some(_), _) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("{name} is locked by another handle"),
+                ))
+            }
+        };
+        table.insert(name.to_owned(), next);
         Ok(NameLock {
             locks: Arc::clone(locks),
             name: name.to_owned(),
@@ -112,7 +142,15 @@ impl NameLock {
 
 impl Drop for NameLock {
     fn drop(&mut self) {
-        self.locks.lock().remove(&self.name);
+        let mut table = self.locks.lock();
+        match table.get(&self.name).copied() {
+            Some(Held::Shared(n)) if n > 1 => {
+                table.insert(self.name.clone(), Held::Shared(n - 1));
+            }
+            _ => {
+                table.remove(&self.name);
+            }
+        }
     }
 }
 

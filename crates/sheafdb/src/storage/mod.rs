@@ -65,6 +65,44 @@ pub enum OpenMode {
     CreateNew,
     /// Open, creating if missing.
     OpenOrCreate,
+    /// Open an existing file for reading only; `NotFound` if missing.
+    /// Writes, length changes and syncs through it fail
+    /// (`PermissionDenied`), so a read-only database provably changes
+    /// nothing.
+    ReadOnly,
+}
+
+/// A file opened with [`OpenMode::ReadOnly`]: reads pass through, every
+/// write, length change or sync fails.
+#[derive(Debug)]
+pub(crate) struct ReadOnlyFile(pub Arc<dyn Storage>);
+
+fn refused(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{what} through a file opened read-only"),
+    )
+}
+
+impl Storage for ReadOnlyFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
+        Err(refused("write"))
+    }
+    fn write_vectored_at(&self, _: u64, _: &[&[u8]]) -> io::Result<()> {
+        Err(refused("write"))
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        Err(refused("sync"))
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, _: u64) -> io::Result<()> {
+        Err(refused("length change"))
+    }
 }
 
 /// A directory of files: where a database and its WAL live.
@@ -82,6 +120,13 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     /// Takes an exclusive lock on `name` for as long as the returned guard
     /// lives. `WouldBlock` if another holder (this process or another) has it.
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>>;
+    /// Takes a shared lock on `name` (read-only openers): any number of
+    /// shared holders at once, none while an exclusive one holds it.
+    /// `WouldBlock` otherwise. The default takes the exclusive lock (a
+    /// `Vfs` without shared locks lets one reader in at a time).
+    fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
+        self.lock(name)
+    }
 }
 
 /// Releases a [`Vfs::lock`] when dropped.

@@ -76,7 +76,7 @@
 //!
 //! Must not know: what the bytes mean.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
 use std::sync::Arc;
@@ -119,7 +119,7 @@ pub enum CrashPolicy {
 #[derive(Clone, Default)]
 pub struct SimVfs {
     state: Arc<Mutex<SimState>>,
-    locks: Arc<Mutex<HashSet<String>>>,
+    locks: super::mem::LockTable,
 }
 
 type InodeId = u64;
@@ -527,7 +527,7 @@ impl Vfs for SimVfs {
         let id = match (state.dir_now.get(name).copied(), mode) {
             (Some(_), OpenMode::CreateNew) => return Err(already_exists(name)),
             (Some(id), _) => id,
-            (None, OpenMode::Existing) => return Err(not_found(name)),
+            (None, OpenMode::Existing | OpenMode::ReadOnly) => return Err(not_found(name)),
             (None, _) => {
                 let id = state.new_inode();
                 state.dir_now.insert(name.to_owned(), id);
@@ -535,10 +535,14 @@ impl Vfs for SimVfs {
             }
         };
         state.inode(id)?.handles += 1;
-        Ok(Arc::new(SimFile {
+        let file = Arc::new(SimFile {
             state: Arc::clone(&self.state),
             id,
-        }))
+        });
+        if mode == OpenMode::ReadOnly {
+            return Ok(Arc::new(super::ReadOnlyFile(file)));
+        }
+        Ok(file)
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {
@@ -583,7 +587,15 @@ impl Vfs for SimVfs {
                 state.dir_now.insert(name.to_owned(), id);
             }
         }
-        Ok(Box::new(NameLock::acquire(&self.locks, name)?))
+        Ok(Box::new(NameLock::acquire(&self.locks, name, false)?))
+    }
+
+    fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
+        check_name(name)?;
+        if !self.state.lock().dir_now.contains_key(name) {
+            return Err(not_found(name));
+        }
+        Ok(Box::new(NameLock::acquire(&self.locks, name, true)?))
     }
 }
 

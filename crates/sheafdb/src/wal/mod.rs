@@ -116,6 +116,9 @@ pub struct WalOptions {
     /// headers; open refuses segments begun under a later generation
     /// (the data file is older than its WAL).
     pub generation: u64,
+    /// Replay only: segment files are opened read-only and never synced,
+    /// and `append` refuses (`Error::ReadOnly`).
+    pub read_only: bool,
 }
 
 impl WalOptions {
@@ -129,6 +132,7 @@ impl WalOptions {
                 .saturating_sub(HEADER_BLOCK_BYTES + FRAME_HEADER_BYTES as u64),
             db_id: 0,
             generation: 0,
+            read_only: false,
         }
     }
 
@@ -252,7 +256,7 @@ pub fn open(
     apply: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>,
 ) -> Result<(Wal, ReplaySummary)> {
     opts.validate()?;
-    let scanned = replay::scan_segments(&*vfs, name)?;
+    let scanned = replay::scan_segments(&*vfs, name, opts.read_only)?;
     replay::check_identity(&scanned, name, opts.db_id, opts.generation)?;
     let recovered = replay::replay(&scanned, name, from, apply)?;
     let resume = resume_after(&scanned, &recovered, &opts, from);
@@ -338,6 +342,9 @@ impl Wal {
     /// `StorageFull` (without poisoning) if a new segment is needed but all
     /// 65,536 slot numbers hold unreleased uses.
     pub fn append(&self, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        if self.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
         if payload.len() as u64 > self.opts.max_record_bytes {
             return Err(Error::ValueTooLarge {
                 len: payload.len(),
@@ -425,7 +432,7 @@ impl Wal {
     /// Returns the bytes given back.
     pub fn give_back(&self, keep_bytes: u64) -> Result<u64> {
         let mut st = self.state.lock();
-        if st.io_in_progress || st.poisoned.is_some() {
+        if st.io_in_progress || st.poisoned.is_some() || self.opts.read_only {
             return Ok(0);
         }
         let before = st.layout.slot_bytes();

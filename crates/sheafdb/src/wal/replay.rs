@@ -91,24 +91,36 @@ pub(crate) struct Recovered {
 /// Lists, syncs and opens every segment file of `db_name`, and reads its
 /// header. The directory and each file are synced first, so that what is
 /// read is durable (a crashed process may have left dirty pages behind).
-pub(crate) fn scan_segments(vfs: &dyn Vfs, db_name: &str) -> Result<Vec<ScannedSlot>> {
+pub(crate) fn scan_segments(
+    vfs: &dyn Vfs,
+    db_name: &str,
+    read_only: bool,
+) -> Result<Vec<ScannedSlot>> {
     let slots: Vec<usize> = vfs
         .list()?
         .iter()
         .filter_map(|f| parse_segment_name(db_name, f))
         .collect();
-    if !slots.is_empty() {
+    // A read-only open syncs nothing: it decides nothing durable (no
+    // segment is recycled, no superblock written) on what it reads.
+    if !slots.is_empty() && !read_only {
         vfs.sync_dir()?;
     }
     slots
         .into_iter()
-        .map(|slot| scan_one(vfs, db_name, slot))
+        .map(|slot| scan_one(vfs, db_name, slot, read_only))
         .collect()
 }
 
-fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize) -> Result<ScannedSlot> {
-    let file = vfs.open(&segment_name(db_name, slot), OpenMode::Existing)?;
-    file.sync_data()?;
+fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize, read_only: bool) -> Result<ScannedSlot> {
+    let mode = match read_only {
+        true => OpenMode::ReadOnly,
+        false => OpenMode::Existing,
+    };
+    let file = vfs.open(&segment_name(db_name, slot), mode)?;
+    if !read_only {
+        file.sync_data()?;
+    }
     let len_bytes = file.len()?;
     let mut block = vec![0u8; len_bytes.min(HEADER_BLOCK_BYTES) as usize];
     file.read_at(0, &mut block)?;
