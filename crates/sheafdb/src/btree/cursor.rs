@@ -21,7 +21,7 @@ use super::node::{NodeRef, MAX_LEVEL};
 use super::store::PageRead;
 use super::{child_level, load_value, read_node, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
-use crate::format::page::PageRef;
+use crate::format::page::PageHandle;
 use crate::types::PageId;
 
 /// One page on a cursor end's path. For a branch, `idx` is the child the
@@ -30,7 +30,7 @@ use crate::types::PageId;
 #[derive(Clone, Debug)]
 struct Frame {
     id: PageId,
-    page: PageRef,
+    page: PageHandle,
     idx: usize,
 }
 
@@ -327,7 +327,7 @@ impl Cursor {
                 return Ok(None);
             }
             let key = Bytes::new(
-                frame.page.clone(),
+                frame.page.to_ref(),
                 cell.key_off,
                 cell.key_off + cell.key.len(),
             );
@@ -387,7 +387,7 @@ impl Cursor {
                 return Ok(None);
             }
             let key = Bytes::new(
-                frame.page.clone(),
+                frame.page.to_ref(),
                 cell.key_off,
                 cell.key_off + cell.key.len(),
             );

@@ -55,6 +55,6 @@ fn visit<S: PageRead + ?Sized>(
             }
         }
     }
-    out.push((id, page.clone()));
+    out.push((id, page.to_ref()));
     Ok(())
 }

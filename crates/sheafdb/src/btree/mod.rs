@@ -44,7 +44,7 @@ mod tests;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
+use crate::format::page::{pages_for_payload, PageBuf, PageHandle, PageRef, PageType, HEADER_LEN};
 use crate::types::PageId;
 
 pub use batch::{apply_sorted, BatchWrite};
@@ -144,14 +144,19 @@ impl PartialEq for Bytes {
 impl Eq for Bytes {}
 
 /// Reads tree page `id` and checks that it is at `expect_level` (if given).
-/// Returns the page; callers re-parse it (parsing is a few header checks).
+/// Returns a handle on the page (no new reference when it comes from the
+/// cache); callers re-parse it (parsing is a few header checks).
 pub(crate) fn read_node<S: PageRead + ?Sized>(
     store: &S,
     id: PageId,
     expect_level: Option<u8>,
-) -> Result<PageRef> {
-    let page = store.read_page(id)?;
+) -> Result<PageHandle> {
+    let page = store.read_handle(id, 1)?;
     let node = NodeRef::parse(&page, id, store.page_size())?;
+    if matches!(page, PageHandle::Slot(_)) {
+        // Shared through the cache, so never mutated: worth an index.
+        node.build_index();
+    }
     if let Some(level) = expect_level {
         if node.level() != level {
             return Err(Error::corrupted_page(
@@ -209,11 +214,11 @@ pub(crate) fn read_overflow<S: PageRead + ?Sized>(
 /// The value of a leaf cell as zero-copy bytes.
 pub(crate) fn load_value<S: PageRead + ?Sized>(
     store: &S,
-    leaf: &PageRef,
+    leaf: &PageHandle,
     value: ValueLoc,
 ) -> Result<ValueRef> {
     match value {
-        ValueLoc::Inline { start, end } => Ok(Bytes::new(leaf.clone(), start, end)),
+        ValueLoc::Inline { start, end } => Ok(Bytes::new(leaf.to_ref(), start, end)),
         ValueLoc::Overflow { id, len } => {
             let run = read_overflow(store, id, len)?;
             Ok(Bytes::new(run, HEADER_LEN, HEADER_LEN + len as usize))

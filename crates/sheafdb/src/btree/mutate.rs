@@ -25,7 +25,7 @@ use super::node::{
 use super::store::{PageRead, PageWrite};
 use super::{child_level, read_node, read_overflow, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
+use crate::format::page::{pages_for_payload, PageBuf, PageHandle, PageType, HEADER_LEN};
 use crate::types::PageId;
 
 /// Most pages on a root-to-leaf path.
@@ -89,7 +89,7 @@ pub(super) enum Target<'k> {
 pub(super) struct Descent {
     pub(super) path: Path,
     pub(super) leaf: PageId,
-    pub(super) page: PageRef,
+    pub(super) page: PageHandle,
     /// Position of the key (found) or where it would go.
     pub(super) pos: usize,
     pub(super) found: bool,
@@ -273,7 +273,7 @@ pub(super) fn overflow_run(ps: usize, value: ValueLoc) -> Option<(PageId, u32)> 
 /// (and so about to be edited in place).
 fn old_value<S: PageRead + ?Sized>(
     store: &S,
-    page: &PageRef,
+    page: &PageHandle,
     private: bool,
     value: ValueLoc,
 ) -> Result<ValueRef> {
@@ -281,7 +281,7 @@ fn old_value<S: PageRead + ?Sized>(
         ValueLoc::Inline { start, end } if private => {
             Ok(Bytes::copy_from(&page.bytes()[start..end]))
         }
-        ValueLoc::Inline { start, end } => Ok(Bytes::new(page.clone(), start, end)),
+        ValueLoc::Inline { start, end } => Ok(Bytes::new(page.to_ref(), start, end)),
         ValueLoc::Overflow { id, len } => {
             let run = read_overflow(store, id, len)?;
             Ok(Bytes::new(run, HEADER_LEN, HEADER_LEN + len as usize))
@@ -611,7 +611,7 @@ fn remove_found<S: PageWrite + ?Sized>(
             (false, _) => None,
             (true, true) => Some(Bytes::copy_from(cell.key)),
             (true, false) => Some(Bytes::new(
-                d.page.clone(),
+                d.page.to_ref(),
                 cell.key_off,
                 cell.key_off + cell.key.len(),
             )),

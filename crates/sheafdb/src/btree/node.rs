@@ -140,6 +140,20 @@ pub(crate) enum ValueLoc {
     Overflow { id: PageId, len: u32 },
 }
 
+/// The first eight bytes of `key`, big-endian, zero-padded: a smaller
+/// prefix means a smaller key (equal prefixes decide nothing), so a search
+/// compares integers from the page's index and reads key bytes only on a
+/// tie.
+#[inline]
+pub(crate) fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    if let (Some(dst), Some(src)) = (b.get_mut(..n), key.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    u64::from_be_bytes(b)
+}
+
 /// A decoded leaf cell.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LeafCell<'a> {
@@ -155,6 +169,7 @@ pub(crate) struct LeafCell<'a> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NodeRef<'a> {
     b: &'a [u8],
+    page: &'a PageBuf,
     id: PageId,
     count: usize,
     content: usize,
@@ -204,6 +219,7 @@ impl<'a> NodeRef<'a> {
         }
         Ok(NodeRef {
             b,
+            page,
             id,
             count,
             content,
@@ -380,13 +396,59 @@ impl<'a> NodeRef<'a> {
         Ok(total)
     }
 
+    /// Key (leaf) or separator (branch) `i`.
+    #[inline]
+    fn key_at(&self, i: usize) -> Result<&'a [u8]> {
+        if self.is_leaf() {
+            self.leaf_key(i)
+        } else {
+            self.branch_key(i)
+        }
+    }
+
+    /// Derives the page's search index (the first eight bytes of each key
+    /// or separator, big-endian, zero-padded: see [`key_prefix`]) and keeps
+    /// it with the page, unless it is there already. Done for pages shared
+    /// through the cache (never mutated); a page whose keys do not decode
+    /// gets none (its searches read the bytes and report the damage).
+    pub fn build_index(&self) {
+        self.page.index_or(|_| {
+            (0..self.count)
+                .map(|i| self.key_at(i).ok().map(key_prefix))
+                .collect::<Option<Vec<u64>>>()
+                .map(Vec::into_boxed_slice)
+        });
+    }
+
+    /// The page's search index, if built and matching this view.
+    #[inline]
+    fn index(&self) -> Option<&'a [u64]> {
+        let page: &'a PageBuf = self.page;
+        let ix = page.index_or(|_| None)?;
+        (ix.len() == self.count).then_some(ix)
+    }
+
+    /// Compares the key at `i` with `key` (whose prefix is `kp`): through
+    /// the index where the prefixes differ, else by the bytes.
+    #[inline]
+    fn cmp_at(&self, ix: Option<&[u64]>, i: usize, key: &[u8], kp: u64) -> Result<Ordering> {
+        if let Some(p) = ix.and_then(|ix| ix.get(i)) {
+            if *p != kp {
+                return Ok(p.cmp(&kp));
+            }
+        }
+        Ok(self.key_at(i)?.cmp(key))
+    }
+
     /// In a leaf: the first position whose key is `>= key`, and whether it
     /// is equal.
     pub fn leaf_search(&self, key: &[u8]) -> Result<(usize, bool)> {
+        debug_assert!(self.is_leaf());
+        let (ix, kp) = (self.index(), key_prefix(key));
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.leaf_key(mid)?.cmp(key) {
+            match self.cmp_at(ix, mid, key, kp)? {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Equal => return Ok((mid, true)),
                 Ordering::Greater => hi = mid,
@@ -398,10 +460,12 @@ impl<'a> NodeRef<'a> {
     /// In a branch: the number of separators `<= key`, i.e. the child that
     /// holds `key`.
     pub fn branch_search(&self, key: &[u8]) -> Result<usize> {
+        debug_assert!(!self.is_leaf());
+        let (ix, kp) = (self.index(), key_prefix(key));
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.branch_key(mid)? <= key {
+            if self.cmp_at(ix, mid, key, kp)? != Ordering::Greater {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -876,6 +940,74 @@ mod tests {
         let v = view(&p).unwrap();
         assert_eq!(v.child(0).unwrap(), PageId(10));
         assert_eq!(v.child(1).unwrap(), PageId(12));
+    }
+
+    /// Searches through the page's index give exactly what searches over
+    /// the bytes give, for keys with shared, equal and short prefixes, in
+    /// leaves and branches; mutating the page drops the index.
+    #[test]
+    fn indexed_search_equals_byte_search() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let gen = |rng: &mut rand::rngs::StdRng| -> Vec<u8> {
+            let n = rng.gen_range(0..14);
+            let mut k: Vec<u8> = (0..n).map(|_| rng.gen_range(0..3u8)).collect();
+            if rng.gen_bool(0.3) {
+                k.splice(0..0, b"commonpfx".iter().copied());
+            }
+            k
+        };
+        for round in 0..300 {
+            let mut keys: Vec<Vec<u8>> = (0..rng.gen_range(1..60)).map(|_| gen(&mut rng)).collect();
+            keys.sort();
+            keys.dedup();
+            let level = if round % 2 == 0 { 0 } else { 1 };
+            let mut b = NodeBuilder::new(PS, PageId(3), CfId(1), level);
+            for (i, k) in keys.iter().enumerate() {
+                let cell = if level == 0 {
+                    NewCell::LeafInline {
+                        key: k,
+                        value: b"v",
+                    }
+                } else {
+                    NewCell::Branch {
+                        child: PageId(100 + i as u64),
+                        key: k,
+                    }
+                };
+                b.push(&cell).unwrap();
+            }
+            if level > 0 {
+                b.set_rightmost(PageId(99));
+            }
+            let plain = b.finish();
+            let indexed = plain.clone();
+            let pv = view(&plain).unwrap();
+            let iv = view(&indexed).unwrap();
+            iv.build_index();
+            assert!(iv.index().is_some(), "no index was built");
+            assert!(pv.index().is_none());
+            for _ in 0..100 {
+                let probe = gen(&mut rng);
+                if level == 0 {
+                    assert_eq!(
+                        pv.leaf_search(&probe).unwrap(),
+                        iv.leaf_search(&probe).unwrap()
+                    );
+                } else {
+                    assert_eq!(
+                        pv.branch_search(&probe).unwrap(),
+                        iv.branch_search(&probe).unwrap()
+                    );
+                }
+            }
+            let mut changed = indexed.clone();
+            changed.set_count(0);
+            assert!(
+                view(&changed).unwrap().index().is_none(),
+                "a mutated page kept its index"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (and by a simple in-memory store in the tree's own tests).
 
 use crate::error::Result;
-use crate::format::page::{PageBuf, PageRef};
+use crate::format::page::{PageBuf, PageHandle, PageRef};
 use crate::types::{CfId, PageId};
 
 /// Read access to the pages of one snapshot.
@@ -21,6 +21,12 @@ pub trait PageRead {
     /// A single tree page.
     fn read_page(&self, id: PageId) -> Result<PageRef> {
         self.read_run(id, 1)
+    }
+    /// [`PageRead::read_run`] as a handle, which a store backed by a
+    /// shared cache may return without taking a new reference to the run
+    /// (a descent only passes through most pages it reads).
+    fn read_handle(&self, id: PageId, npages: u32) -> Result<PageHandle> {
+        Ok(PageHandle::Ref(self.read_run(id, npages)?))
     }
 }
 

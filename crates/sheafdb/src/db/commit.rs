@@ -553,6 +553,8 @@ pub(super) fn install_buffered(
         buffer: base.buffer.clone(),
         deltas: Arc::new(deltas),
         tree_base: base.tree_base,
+        // The catalog is unchanged: so is its decoded form.
+        tables: base.tables.clone(),
     });
     cf.set_head_version(version);
     slot.head = v.clone();

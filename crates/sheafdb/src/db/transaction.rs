@@ -11,6 +11,7 @@
 //! id order); a dropped, uncommitted transaction gives every private page
 //! back.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::btree::TreeRoot;
@@ -85,14 +86,27 @@ impl ReadTransaction {
         let name = def.name();
         check_table_name(name)?;
         let (pages, version) = self.version_of(cf, cf_name)?;
-        let meta = lookup_table(&pages, &version.catalog, name)?
+        let tables = version
+            .tables
+            .get_or_load(|| read_catalog(&pages, &version.catalog))?;
+        let t = tables
+            .get(name)
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
-        check_types(name, &meta, &K::type_name(), &V::type_name())?;
-        let root = TreeRoot {
-            root: meta.root,
-            len: meta.len,
-        };
-        ReadOnlyTable::new(pages, meta.id, root, version)
+        let types = (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>());
+        if t.typed.get() != Some(&types) {
+            // First open with these types (or others since): compare the
+            // type names once; later opens with them allocate nothing.
+            check_types(name, &t.meta, &K::type_name(), &V::type_name())?;
+            let _ = t.typed.set(types);
+        }
+        let (id, root) = (
+            t.meta.id,
+            TreeRoot {
+                root: t.meta.root,
+                len: t.meta.len,
+            },
+        );
+        ReadOnlyTable::new(pages, id, root, version)
     }
 
     /// Opens a table of the home CF for reading. `TableNotFound` if it does
@@ -139,6 +153,24 @@ impl ReadTransaction {
             Snap::All(all) => all.get(self.home).map_or(0, |v| v.version.0),
         }
     }
+}
+
+/// Every table of a catalog with its metadata, in name order (one pass).
+fn read_catalog(
+    pages: &ReadPages,
+    catalog: &TreeRoot,
+) -> Result<Vec<(String, crate::format::records::TableMeta)>> {
+    let mut cursor = crate::btree::Cursor::new(catalog, Bound::Unbounded, Bound::Unbounded);
+    let mut all = Vec::new();
+    while let Some((k, v)) = cursor.next(pages)? {
+        let name = String::from_utf8(k.to_vec())
+            .map_err(|_| Error::corrupted("table name not UTF-8", "table catalog"))?;
+        all.push((
+            name,
+            crate::format::records::TableMeta::decode(v.as_slice())?,
+        ));
+    }
+    Ok(all)
 }
 
 /// Entry count and table id of a table, whatever its types.

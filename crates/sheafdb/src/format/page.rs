@@ -93,10 +93,22 @@ impl PageType {
 }
 
 /// An owned, page-aligned-size buffer holding one page run.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct PageBuf {
     data: Box<[u8]>,
+    /// A search index the B+tree derives from the bytes once and keeps
+    /// with the page (the first eight bytes of every key, see
+    /// `btree::node`): opaque here, cleared by every mutable access.
+    index: std::sync::OnceLock<Box<[u64]>>,
 }
+
+impl PartialEq for PageBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+    }
+}
+
+impl Eq for PageBuf {}
 
 impl std::fmt::Debug for PageBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,11 +125,69 @@ impl std::fmt::Debug for PageBuf {
 /// a change.
 pub type PageRef = std::sync::Arc<PageBuf>;
 
+/// A page run held for reading: a reference ([`PageRef`]), or a guard on
+/// the page cache's slot that keeps the run alive without touching its
+/// reference count (so readers on many cores passing through the same
+/// root do not bounce one counter between them). Derefs to the run;
+/// [`PageHandle::to_ref`] takes a reference when the caller keeps bytes
+/// of it (a value handed to the user).
+pub enum PageHandle {
+    /// A counted reference.
+    Ref(PageRef),
+    /// A cache slot's guard; always holds a run (see [`PageHandle::guarded`]).
+    Slot(arc_swap::Guard<Option<PageRef>>),
+}
+
+impl PageHandle {
+    /// A handle on the run `guard` holds; `None` if it holds none.
+    pub fn guarded(guard: arc_swap::Guard<Option<PageRef>>) -> Option<PageHandle> {
+        guard.is_some().then_some(PageHandle::Slot(guard))
+    }
+
+    /// A counted reference to the run.
+    pub fn to_ref(&self) -> PageRef {
+        match self {
+            PageHandle::Ref(p) => p.clone(),
+            PageHandle::Slot(g) => match &**g {
+                Some(p) => p.clone(),
+                None => unreachable!("engine invariant: a slot handle holds a run"),
+            },
+        }
+    }
+}
+
+impl std::ops::Deref for PageHandle {
+    type Target = PageBuf;
+    fn deref(&self) -> &PageBuf {
+        match self {
+            PageHandle::Ref(p) => p,
+            PageHandle::Slot(g) => match &**g {
+                Some(p) => p,
+                None => unreachable!("engine invariant: a slot handle holds a run"),
+            },
+        }
+    }
+}
+
+impl Clone for PageHandle {
+    /// A counted reference to the same run (a slot guard is not copied).
+    fn clone(&self) -> PageHandle {
+        PageHandle::Ref(self.to_ref())
+    }
+}
+
+impl std::fmt::Debug for PageHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
 impl PageBuf {
     /// A zeroed run of `len` bytes.
     pub fn zeroed(len: usize) -> PageBuf {
         PageBuf {
             data: vec![0u8; len].into_boxed_slice(),
+            index: std::sync::OnceLock::new(),
         }
     }
 
@@ -125,6 +195,7 @@ impl PageBuf {
     pub fn from_vec(data: Vec<u8>) -> PageBuf {
         PageBuf {
             data: data.into_boxed_slice(),
+            index: std::sync::OnceLock::new(),
         }
     }
 
@@ -150,10 +221,24 @@ impl PageBuf {
         &self.data
     }
 
-    /// All bytes of the run, mutable.
+    /// All bytes of the run, mutable (the derived index is dropped).
     #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        if self.index.get().is_some() {
+            self.index = std::sync::OnceLock::new();
+        }
         &mut self.data
+    }
+
+    /// The index derived from these bytes by `build` (once; later calls
+    /// return the same). `None` if `build` fails (then it is tried again
+    /// next time, and the caller falls back to reading the bytes).
+    pub fn index_or(&self, build: impl FnOnce(&[u8]) -> Option<Box<[u64]>>) -> Option<&[u64]> {
+        if let Some(ix) = self.index.get() {
+            return Some(ix);
+        }
+        let built = build(&self.data)?;
+        Some(self.index.get_or_init(|| built))
     }
 
     /// Length of the run in bytes.
@@ -183,7 +268,7 @@ impl PageBuf {
     /// Sets the cell count field.
     #[inline]
     pub fn set_count(&mut self, n: u16) {
-        put_u16(&mut self.data, OFF_COUNT, n);
+        put_u16(self.bytes_mut(), OFF_COUNT, n);
     }
 
     /// Own page id field.
@@ -213,7 +298,7 @@ impl PageBuf {
     /// Sets the payload length field.
     #[inline]
     pub fn set_payload_len(&mut self, n: u32) {
-        put_u32(&mut self.data, OFF_PAYLOAD_LEN, n);
+        put_u32(self.bytes_mut(), OFF_PAYLOAD_LEN, n);
     }
 
     /// The checksum this run should carry on disk.

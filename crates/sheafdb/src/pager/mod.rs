@@ -18,7 +18,7 @@ pub mod space;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::format::page::{PageBuf, PageRef, HEADER_LEN};
+use crate::format::page::{PageBuf, PageHandle, PageRef, HEADER_LEN};
 use crate::storage::Storage;
 use crate::types::{CfId, PageId};
 
@@ -65,7 +65,13 @@ impl Pager {
     /// Reads the run of `npages` at `id` owned by `cf`, from the cache or
     /// the file (verified).
     pub fn read_run(&self, id: PageId, npages: u32, cf: CfId) -> Result<PageRef> {
-        if let Some(p) = self.cache.get(id) {
+        Ok(self.read_handle(id, npages, cf)?.to_ref())
+    }
+
+    /// [`Pager::read_run`] returning a handle: a cache hit takes no new
+    /// reference to the run (see [`PageHandle`]).
+    pub fn read_handle(&self, id: PageId, npages: u32, cf: CfId) -> Result<PageHandle> {
+        if let Some(p) = self.cache.handle(id) {
             if p.len() == npages as usize * self.page_size && p.cf() == cf {
                 return Ok(p);
             }
@@ -76,7 +82,7 @@ impl Pager {
         }
         let page = Arc::new(self.read_uncached(id, npages, Some(cf))?);
         self.cache.insert(id, page.clone());
-        Ok(page)
+        Ok(PageHandle::Ref(page))
     }
 
     /// Reads and verifies a run without touching the cache.

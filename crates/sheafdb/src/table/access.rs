@@ -98,6 +98,23 @@ fn encode_key<K: Key>(k: &K::SelfType<'_>) -> Vec<u8> {
     v
 }
 
+thread_local! {
+    /// A buffer point reads encode their key into, so a lookup allocates
+    /// nothing once the thread's buffer is large enough.
+    static KEY_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on the encoding of `k`, in this thread's reusable buffer (a
+/// nested call, which finds the buffer taken, uses a fresh one).
+fn with_key<K: Key, R>(k: &K::SelfType<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+    let mut buf = KEY_BUF.with(|b| b.take());
+    buf.clear();
+    K::encode_key(k, &mut buf);
+    let r = f(&buf);
+    KEY_BUF.with(|b| b.set(buf));
+    r
+}
+
 fn encode_value<V: Value>(val: &V::SelfType<'_>) -> Vec<u8> {
     let mut v = Vec::new();
     V::encode_value(val, &mut v);
@@ -319,12 +336,13 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     where
         K: 'a,
     {
-        let k = encode_key::<K>(key.borrow());
-        let v = &self.version;
-        if let Some(slot) = v.buffer.get(self.id, &k, v.version) {
-            return opt_value(slot.map(Held::Shared));
-        }
-        page_value(btree::get(&self.pages, &self.root, &k)?)
+        with_key::<K, _>(key.borrow(), |k| {
+            let v = &self.version;
+            if let Some(slot) = v.buffer.get(self.id, k, v.version) {
+                return opt_value(slot.map(Held::Shared));
+            }
+            page_value(btree::get(&self.pages, &self.root, k)?)
+        })
     }
 
     /// Entries with keys in `range`, ascending (reverse with `.rev()`).

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use crate::btree::store::{PageRead, PageWrite};
 use crate::error::{Error, Result};
-use crate::format::page::{PageBuf, PageRef};
+use crate::format::page::{PageBuf, PageHandle, PageRef};
 use crate::pager::alloc::CfAllocator;
 use crate::pager::space::PageSpace;
 use crate::types::{CfId, IdMap, PageId};
@@ -44,6 +44,9 @@ impl PageRead for ReadPages {
     }
     fn read_run(&self, id: PageId, npages: u32) -> Result<PageRef> {
         self.space.pager.read_run(id, npages, self.cf)
+    }
+    fn read_handle(&self, id: PageId, npages: u32) -> Result<PageHandle> {
+        self.space.pager.read_handle(id, npages, self.cf)
     }
 }
 
@@ -142,6 +145,12 @@ impl PageRead for TxnPages {
             return Ok(p.clone());
         }
         self.space.pager.read_run(id, npages, self.cf)
+    }
+    fn read_handle(&self, id: PageId, npages: u32) -> Result<PageHandle> {
+        if self.private.contains_key(&id) {
+            return self.read_run(id, npages).map(PageHandle::Ref);
+        }
+        self.space.pager.read_handle(id, npages, self.cf)
     }
 }
 

@@ -46,6 +46,49 @@ pub(crate) struct CfVersion {
     /// The version (and its LSN) whose state the trees hold: what a
     /// checkpoint of this version writes, and where replay resumes.
     pub tree_base: DurableBase,
+    /// The catalog decoded once (on the first table opened in a snapshot
+    /// of it), shared by every version with the same catalog tree (the
+    /// buffered commits after a tree commit change no catalog entry).
+    pub tables: Arc<TableCache>,
+}
+
+/// One table of a decoded catalog: its metadata, and the Rust types it was
+/// last opened with successfully (so reopening with them checks nothing
+/// and allocates nothing).
+#[derive(Debug)]
+pub(crate) struct CachedTable {
+    pub meta: crate::format::records::TableMeta,
+    pub typed: std::sync::OnceLock<(std::any::TypeId, std::any::TypeId)>,
+}
+
+/// A catalog tree decoded into a map by table name, built at most once.
+#[derive(Debug, Default)]
+pub(crate) struct TableCache {
+    map: std::sync::OnceLock<std::collections::HashMap<String, CachedTable>>,
+}
+
+impl TableCache {
+    /// The decoded catalog, decoding it with `load` the first time (a
+    /// failure is returned and nothing cached, so the next call retries).
+    pub fn get_or_load(
+        &self,
+        load: impl FnOnce() -> Result<Vec<(String, crate::format::records::TableMeta)>>,
+    ) -> Result<&std::collections::HashMap<String, CachedTable>> {
+        if let Some(m) = self.map.get() {
+            return Ok(m);
+        }
+        let map = load()?
+            .into_iter()
+            .map(|(name, meta)| {
+                let t = CachedTable {
+                    meta,
+                    typed: std::sync::OnceLock::new(),
+                };
+                (name, t)
+            })
+            .collect();
+        Ok(self.map.get_or_init(|| map))
+    }
 }
 
 /// The published version of every CF at one instant: what a database-wide
@@ -157,6 +200,7 @@ impl CfVersion {
             buffer: Arc::new(MemBuffer::new()),
             deltas: Arc::default(),
             tree_base: DurableBase { version, lsn },
+            tables: Arc::default(),
         }
     }
 

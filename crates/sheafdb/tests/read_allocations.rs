@@ -1,0 +1,104 @@
+//! Issue 13: the read path allocates nothing once warm. A counting global
+//! allocator measures `begin_read`, `open_table` and point gets (found,
+//! missing, buffered and in the tree) on the calling thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sheafdb::storage::mem::MemVfs;
+use sheafdb::{Database, TableDefinition};
+
+/// Counts allocations while `COUNTING` is set (one test runs at a time:
+/// the test below is the only one in this binary).
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+
+fn count(f: impl FnOnce()) -> u64 {
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    f();
+    COUNTING.store(false, Ordering::Relaxed);
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+#[test]
+fn open_table_and_point_reads_allocate_nothing_once_warm() -> sheafdb::Result<()> {
+    let db = Database::builder()
+        .background_checkpoints(false)
+        .sync_interval(Duration::from_secs(3600))
+        .create_with_vfs(Arc::new(MemVfs::new()), "a.sheaf")?;
+    let keys: Vec<String> = (0..2000).map(|i| format!("key-{i:06}")).collect();
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for (i, k) in keys.iter().enumerate() {
+            t.insert(k.as_str(), i as u64)?;
+        }
+    }
+    tx.commit()?;
+    db.checkpoint()?;
+    // Some buffered commits above the tree too.
+    for k in keys.iter().step_by(50) {
+        let tx = db.begin_write()?;
+        tx.open_table(T)?.insert(k.as_str(), 7)?;
+        tx.commit()?;
+    }
+    let read_all = |rx: &sheafdb::ReadTransaction| -> sheafdb::Result<u64> {
+        let t = rx.open_table(T)?;
+        let mut sum = 0;
+        for k in keys.iter().step_by(7) {
+            sum += t.get(k.as_str())?.map_or(0, |v| v.value());
+        }
+        assert!(t.get("missing")?.is_none());
+        Ok(sum)
+    };
+    // Warm up: the catalog is decoded, pages are cached and indexed, the
+    // key buffer grows.
+    for _ in 0..3 {
+        read_all(&db.begin_read()?)?;
+    }
+    let mut sum = 0;
+    let allocations = count(|| {
+        for _ in 0..20 {
+            let rx = db.begin_read().unwrap();
+            sum += read_all(&rx).unwrap();
+        }
+    });
+    assert!(sum > 0);
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in 20 snapshots of 287 point reads and an open_table each"
+    );
+    // A table opened with other types is refused, and still costs nothing
+    // for the right ones afterwards.
+    const WRONG: TableDefinition<&str, u32> = TableDefinition::new("t");
+    assert!(db.begin_read()?.open_table(WRONG).is_err());
+    let allocations = count(|| {
+        read_all(&db.begin_read().unwrap()).unwrap();
+    });
+    assert_eq!(allocations, 0);
+    Ok(())
+}
