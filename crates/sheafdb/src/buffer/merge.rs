@@ -177,14 +177,15 @@ impl Layer for BufferWalkLayer<'_> {
 }
 
 /// A write transaction's own writes to one table.
-pub struct WritesLayer<'a>(pub &'a TableWrites);
+/// (`None`: the transaction wrote nothing to the table.)
+pub struct WritesLayer<'a>(pub Option<&'a TableWrites>);
 
 impl Layer for WritesLayer<'_> {
     fn peek(&mut self, w: &Window, back: bool) -> Result<Option<Candidate>> {
-        Ok(self
-            .0
-            .seek(w.lo(), w.hi(), back)
-            .map(|(k, s)| (k, shared(s))))
+        let Some(writes) = self.0 else {
+            return Ok(None);
+        };
+        Ok(writes.seek(w.lo(), w.hi(), back).map(|(k, s)| (k, shared(s))))
     }
 }
 

@@ -277,7 +277,7 @@ fn walk(
         };
         let empty = super::write_set::TableWrites::default();
         let writes = stack.writes.table(T1).unwrap_or(&empty);
-        let mut l0 = WritesLayer(writes);
+        let mut l0 = WritesLayer(Some(writes));
         let mut l1 = newer.with(&stack.newer, T1, at);
         let mut l2 = BufferLayer {
             buf: &stack.older,

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use crate::btree::{self, Bytes, Cursor, TreeRoot};
 use crate::buffer::merge::{self, BufferWalk, TreeWalk, Window, WritesLayer};
-use crate::buffer::write_set::TableWrites;
 use crate::buffer::Held;
 use crate::error::{Error, Result};
 use crate::table::types::{Key, Value};
@@ -182,8 +181,7 @@ fn merged_step(
     (tree, buffered): (&mut TreeWalk, &mut BufferWalk),
     back: bool,
 ) -> Result<Option<(Held, Held)>> {
-    let empty = TableWrites::default();
-    let mut writes = WritesLayer(st.writes.table(table).unwrap_or(&empty));
+    let mut writes = WritesLayer(st.writes.table(table));
     let mut tree = tree.with(&st.pages);
     match st.buffer_at() {
         Some((buf, at)) => {
