@@ -35,7 +35,10 @@ pub(crate) mod txn;
 pub(crate) mod types;
 pub(crate) mod wal;
 
-pub use db::{Builder, CfStats, ColumnFamily, Database, IntegrityReport, MemoryStats, MAX_CF_NAME};
+pub use db::{
+    Builder, CfStats, ColumnFamily, CompactReport, Database, IntegrityReport, MemoryStats,
+    MAX_CF_NAME,
+};
 pub use db::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
 pub use error::{Error, Location, PoisonCause, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};

@@ -247,7 +247,6 @@ impl Cursor {
     }
 
     /// A cursor over every entry of `root`.
-    #[cfg(test)]
     pub fn all(root: &TreeRoot) -> Cursor {
         Cursor::new(root, Bound::Unbounded, Bound::Unbounded)
     }

@@ -33,6 +33,7 @@ mod cursor;
 mod dirty;
 mod mutate;
 mod node;
+mod relocate;
 pub mod store;
 mod walk;
 
@@ -55,6 +56,7 @@ pub use mutate::{check_limits, insert, remove};
 pub use mutate::{delete, drain_filter, pop_first, pop_last, put, retain};
 #[cfg(test)]
 pub use node::{max_key_len, max_value_len};
+pub use relocate::relocate;
 pub use walk::{clear, walk};
 
 use node::{NodeRef, ValueLoc, MAX_LEVEL};

@@ -707,6 +707,26 @@ pub(crate) fn copy_node(
     Ok(copy)
 }
 
+/// Points leaf cell `i` of a private page, an overflow cell, at the run
+/// starting at `run`.
+pub(crate) fn set_overflow(page: &mut PageBuf, i: usize, run: PageId) -> Result<()> {
+    let at = {
+        let n = view(page)?;
+        let (cell, len) = n.leaf_cell_with_len(i)?;
+        if !matches!(cell.value, ValueLoc::Overflow { .. }) {
+            return Err(Error::corrupted_page(
+                n.id(),
+                format!("cell {i} is not an overflow cell"),
+            ));
+        }
+        let off = n.cell_off(i)?;
+        debug_assert_eq!(len, LEAF_CELL_HEADER + cell.key.len() + OVERFLOW_PTR_LEN);
+        off + LEAF_CELL_HEADER + cell.key.len()
+    };
+    put_u64(page.bytes_mut(), at, run.0);
+    Ok(())
+}
+
 fn set_slot(page: &mut PageBuf, i: usize, off: usize) {
     debug_assert!(off < page.len() && off <= u16::MAX as usize);
     let at = NODE_HEADER_LEN + i * SLOT_LEN;

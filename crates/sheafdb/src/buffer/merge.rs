@@ -185,7 +185,9 @@ impl Layer for WritesLayer<'_> {
         let Some(writes) = self.0 else {
             return Ok(None);
         };
-        Ok(writes.seek(w.lo(), w.hi(), back).map(|(k, s)| (k, shared(s))))
+        Ok(writes
+            .seek(w.lo(), w.hi(), back)
+            .map(|(k, s)| (k, shared(s))))
     }
 }
 

@@ -69,9 +69,12 @@ struct Plan {
 impl DbShared {
     /// Folds every CF's buffered commits (aside, see `fold_cf`), then
     /// checkpoints every CF with unpersisted published trees.
+    /// Then cuts the file if enough of its tail is free
+    /// (`shrink_if_worth_it`).
     pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
         self.fold_all()?;
-        self.checkpoint_including(Vec::new())
+        self.checkpoint_including(Vec::new())?;
+        self.shrink_if_worth_it()
     }
 
     /// Checkpoints every CF with unpersisted published commits, plus
@@ -197,6 +200,9 @@ impl DbShared {
             // Drains releases first, so `free_at` counts them as free too.
             let pinned = a.pinned_unwritten(trees.version);
             p.extents = a.extents().to_vec();
+            // These extents go into the descriptor (cuts happen under the
+            // checkpoint lock, so none runs before it is durable).
+            p.cf.extents_changed.store(false, Ordering::Release);
             (
                 a.dirty_runs(trees.version),
                 a.free_at(trees.version),
@@ -302,6 +308,16 @@ impl DbShared {
                 None => btree::remove(sp, &mut root, &cf_key(*cf))?,
             };
         }
+        // Compaction: the system tree and the blob move below its limit.
+        let limit = self.ckpt.relocate_below.load(Ordering::Acquire);
+        let _limited = (limit > 0).then(|| SystemLimit::set(&sys.alloc, limit));
+        if limit > 0 {
+            btree::relocate(sp, &mut root, PageId(limit))?;
+            debug_assert!(
+                root.root.is_none_or(|r| r.0 < limit),
+                "the system tree stayed past the compaction limit"
+            );
+        }
         if let Some((p, n)) = sys.meta_run {
             btree::store::PageWrite::free(sp, p, n);
         }
@@ -345,10 +361,12 @@ impl DbShared {
             .filter_map(|(_, d)| d.as_ref().map(|d| d.checkpoint_lsn))
             .fold(replay_lsn, Lsn::max);
         self.wal_durable_through(named)?;
+        // A cut file (`shrink_file`) lowers the mark with its length.
         let written_pages = all
             .iter()
             .map(|(id, p)| id.0 + (p.len() / self.space.pager.page_size()) as u64)
-            .fold(sys.written_pages, u64::max);
+            .fold(sys.written_pages, u64::max)
+            .min(meta.file_pages);
         let sb = Superblock {
             page_size: self.space.pager.page_size() as u32,
             generation: sys.generation + 1,
@@ -499,6 +517,23 @@ impl DbShared {
     }
 }
 
+/// Holds the system allocator's compaction limit for one checkpoint.
+struct SystemLimit<'a>(&'a Arc<Mutex<crate::pager::alloc::CfAllocator>>);
+
+impl<'a> SystemLimit<'a> {
+    fn set(alloc: &'a Arc<Mutex<crate::pager::alloc::CfAllocator>>, limit: u64) -> Self {
+        debug_assert!(limit > 2, "a compaction limit inside the superblocks");
+        alloc.lock().set_limit(Some(limit));
+        SystemLimit(alloc)
+    }
+}
+
+impl Drop for SystemLimit<'_> {
+    fn drop(&mut self) {
+        self.0.lock().set_limit(None);
+    }
+}
+
 /// The CFs to checkpoint and the snapshot of each.
 fn plan(
     cfs: &[Arc<CfShared>],
@@ -517,7 +552,8 @@ fn plan(
             },
         };
         let base_version = cf.base.lock().version;
-        if snapshot.tree_base.version > base_version {
+        let cut = cf.extents_changed.load(Ordering::Acquire);
+        if snapshot.tree_base.version > base_version || cut {
             plans.push(Plan {
                 cf: cf.clone(),
                 snapshot,

@@ -92,6 +92,9 @@ pub(crate) struct CheckpointState {
     pub dirty_pages: Arc<AtomicU64>,
     /// WAL position when the last checkpoint started (trigger by WAL bytes).
     pub last_lsn: AtomicU64,
+    /// While non-zero (compaction): checkpoints move the system tree and
+    /// the metadata blob below this page.
+    pub relocate_below: AtomicU64,
     triggers: Triggers,
     signal: Mutex<SignalState>,
     wake: Condvar,
@@ -109,6 +112,7 @@ impl CheckpointState {
             sys: RankedMutex::new(sys),
             dirty_pages: Arc::new(AtomicU64::new(0)),
             last_lsn: AtomicU64::new(0),
+            relocate_below: AtomicU64::new(0),
             triggers,
             signal: Mutex::new(SignalState::default()),
             wake: Condvar::new(),

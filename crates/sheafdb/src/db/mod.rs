@@ -16,6 +16,7 @@ mod cf;
 mod checkpoint;
 mod checkpointer;
 mod commit;
+mod compact;
 mod health;
 mod integrity;
 mod open;
@@ -46,6 +47,7 @@ use health::Health;
 use registry::CfRegistry;
 
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
+pub use compact::CompactReport;
 pub use integrity::IntegrityReport;
 pub use transaction::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
 
@@ -553,11 +555,24 @@ impl Database {
         self.shared.wal().stats()
     }
 
-    /// Shrinking the file is not implemented yet.
-    pub fn compact(&self) -> Result<bool> {
-        Err(Error::Unsupported(
-            "compact: file shrinking is not implemented yet",
-        ))
+    /// Compacts the data file online: moves the pages in use at the end
+    /// of the file into free space before it (copy-on-write, one commit
+    /// per column family, each made durable by a checkpoint), then cuts
+    /// the file back, in steps, until it is as short as it gets. Readers
+    /// and writers keep running (a writer of a CF being moved waits for
+    /// that one commit); a snapshot keeps every page it reads, so pages an
+    /// open snapshot holds stay until it is dropped. Returns what it gave
+    /// back (design.md "Space").
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.shared.compact()
+    }
+
+    /// One bounded step of [`Database::compact`]: moves at most about
+    /// `max_bytes` of the file's tail, then cuts. Call it again while
+    /// `CompactReport::done` is false to compact a large file without a
+    /// long pause.
+    pub fn compact_step(&self, max_bytes: u64) -> Result<CompactReport> {
+        self.shared.compact_step(max_bytes)
     }
 
     /// Page size of the file.

@@ -154,6 +154,18 @@ impl ExtentMap {
             .collect()
     }
 
+    /// Gives `cf` a new extent of `pages` pages from the free extents
+    /// wholly below page `limit`, if one fits.
+    pub fn claim_below(&mut self, cf: CfId, pages: u64, limit: u64) -> Option<PageRange> {
+        let start = self.free.take_below(pages, limit)?;
+        self.owned.insert(start, (pages, cf));
+        debug_assert!(start + pages <= limit, "a claim past its limit");
+        Some(PageRange {
+            start: PageId(start),
+            pages,
+        })
+    }
+
     /// Gives `cf` a new extent of `pages` pages: a free extent if one fits,
     /// else the end of the file.
     pub fn claim(&mut self, cf: CfId, pages: u64) -> PageRange {
@@ -170,6 +182,57 @@ impl ExtentMap {
             start: PageId(start),
             pages,
         }
+    }
+
+    /// Cuts the file back to `end` pages: every extent (owned or free)
+    /// loses its pages at or past `end`. The owners' allocators must have
+    /// given those pages up first ([`CfAllocator::cut_to`]).
+    pub fn cut_to(&mut self, end: u64) {
+        debug_assert!(end >= 2, "a cut into the superblocks");
+        let owned: Vec<(u64, u64, CfId)> = (self.owned.range(..))
+            .filter(|(&s, &(p, _))| s + p > end)
+            .map(|(&s, &(p, cf))| (s, p, cf))
+            .collect();
+        for (s, p, cf) in owned {
+            self.owned.remove(&s);
+            if s < end {
+                self.owned.insert(s, (end - s, cf));
+            }
+            debug_assert!(p > 0, "an empty extent");
+        }
+        let free: Vec<PageRange> = self.free.iter().filter(|r| r.end() > end).collect();
+        for r in free {
+            let from = r.start.0.max(end);
+            let ok = self.free.remove(from, r.end() - from);
+            debug_assert!(ok, "a free extent vanished");
+        }
+        self.file_pages = self.file_pages.min(end);
+        debug_assert!(
+            self.owned.iter().all(|(&s, &(p, _))| s + p <= end)
+                && self.free.iter().all(|r| r.end() <= end),
+            "an extent passes the cut"
+        );
+    }
+
+    /// Takes `range` (free pages of `cf`, inside its extents) out of its
+    /// extents into the free pool, splitting the extents around it.
+    pub fn give_back(&mut self, cf: CfId, range: PageRange) {
+        let (lo, hi) = (range.start.0, range.end());
+        let hit: Vec<(u64, u64)> = (self.owned.range(..hi))
+            .filter(|(&s, &(p, o))| o == cf && s + p > lo)
+            .map(|(&s, &(p, _))| (s, p))
+            .collect();
+        for (s, p) in hit {
+            self.owned.remove(&s);
+            if s < lo {
+                self.owned.insert(s, (lo - s, cf));
+            }
+            if s + p > hi {
+                self.owned.insert(hi, (s + p - hi, cf));
+            }
+        }
+        let inserted = self.free.insert(lo, hi - lo);
+        debug_assert!(inserted, "a given-back range overlapped the free pool");
     }
 
     /// Returns every extent of `cf` to the free pool.
@@ -304,6 +367,8 @@ pub struct CfAllocator {
     /// Operations since creation (debug builds sample the full invariant
     /// check on large allocators by it).
     ops: u64,
+    /// While set (compaction), no page at or past it is handed out.
+    limit: Option<u64>,
 }
 
 impl CfAllocator {
@@ -404,6 +469,7 @@ impl CfAllocator {
             dirty_counter: Arc::new(AtomicU64::new(0)),
             unwritten_freed: Vec::new(),
             ops: 0,
+            limit: None,
         })
     }
 
@@ -428,6 +494,99 @@ impl CfAllocator {
     /// Extents owned.
     pub fn extents(&self) -> &[PageRange] {
         &self.extents
+    }
+
+    /// One past the highest page of the CF's extents that is not free now
+    /// (live, in flight, or waiting for a snapshot or a checkpoint): how
+    /// far its extents may be cut back. The lowest extent start if every
+    /// page is free; `None` without extents.
+    pub fn live_end(&mut self) -> Option<u64> {
+        self.drain_released();
+        let mut exts = self.extents.clone();
+        exts.sort_by_key(|e| std::cmp::Reverse(e.start));
+        for e in &exts {
+            let mut p = e.end();
+            while p > e.start.0 {
+                match self.free.containing(p - 1) {
+                    Some((s, _)) => p = s.max(e.start.0),
+                    None => return Some(p),
+                }
+            }
+        }
+        exts.last().map(|e| e.start.0)
+    }
+
+    /// Gives up its free runs of at least `min_pages` that lie below page
+    /// `below`: taken out of the free set and out of its extents (split
+    /// around them); the caller returns them to the extent map's pool, so
+    /// another CF may claim them (compaction packs every CF into the
+    /// lowest space, not only its own).
+    pub fn give_free(&mut self, min_pages: u64, below: u64) -> Vec<PageRange> {
+        self.drain_released();
+        let runs: Vec<PageRange> = (self.free.iter())
+            .filter(|r| r.pages >= min_pages && r.end() <= below)
+            .collect();
+        for r in &runs {
+            let ok = self.free.remove(r.start.0, r.pages);
+            assert!(ok, "engine invariant: listed from the free set");
+            self.extents = (self.extents.iter())
+                .flat_map(|e| {
+                    let (lo, hi) = (r.start.0.max(e.start.0), r.end().min(e.end()));
+                    if lo >= hi {
+                        return vec![*e];
+                    }
+                    let mut keep = Vec::new();
+                    if e.start.0 < lo {
+                        keep.push(PageRange {
+                            start: e.start,
+                            pages: lo - e.start.0,
+                        });
+                    }
+                    if hi < e.end() {
+                        keep.push(PageRange {
+                            start: PageId(hi),
+                            pages: e.end() - hi,
+                        });
+                    }
+                    keep
+                })
+                .collect();
+        }
+        self.assert_invariants();
+        runs
+    }
+
+    /// Gives up every page at or past `end`, all of which must be free
+    /// now (`false`, changing nothing, otherwise): removed from the free
+    /// set, and the extents cut there.
+    pub fn cut_to(&mut self, end: u64) -> bool {
+        let cut: Vec<(u64, u64)> = (self.extents.iter())
+            .filter(|e| e.end() > end)
+            .map(|e| {
+                let from = e.start.0.max(end);
+                (from, e.end() - from)
+            })
+            .collect();
+        if !cut.iter().all(|&(s, n)| self.free.contains_all(s, n)) {
+            return false;
+        }
+        for (s, n) in cut {
+            let ok = self.free.remove(s, n);
+            assert!(ok, "engine invariant: checked free a moment ago");
+        }
+        self.extents = (self.extents.iter())
+            .filter(|e| e.start.0 < end)
+            .map(|e| PageRange {
+                start: e.start,
+                pages: e.pages.min(end - e.start.0),
+            })
+            .collect();
+        self.assert_invariants();
+        debug_assert!(
+            self.extents.iter().all(|e| e.end() <= end),
+            "an extent passes the cut"
+        );
+        true
     }
 
     /// Pages free now.
@@ -635,35 +794,61 @@ impl CfAllocator {
         now_free
     }
 
+    /// While `limit` is set, pages at or past it are not handed out
+    /// (compaction moves pages below it).
+    pub fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit;
+    }
+
     /// Allocates `npages` contiguous pages for the write transaction in
     /// flight, claiming a new extent from `map` if no free run fits.
-    pub fn alloc(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> PageId {
-        let id = self.take(npages, map);
+    /// `None` only under a limit ([`CfAllocator::set_limit`]) with no room
+    /// below it.
+    pub fn alloc(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> Option<PageId> {
+        let id = self.take(npages, map)?;
         let ok = self.uncommitted.insert(id.0, npages as u64);
         assert!(
             ok,
             "allocated run {id} was already in use in cf {}",
             self.cf
         );
+        debug_assert!(
+            self.limit.is_none_or(|l| id.0 + npages as u64 <= l),
+            "a run past the allocation limit"
+        );
         self.assert_invariants();
-        id
+        Some(id)
     }
 
-    fn take(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> PageId {
+    fn take_free(&mut self, n: u64) -> Option<u64> {
+        match self.limit {
+            None => self.free.take(n),
+            Some(l) => self.free.take_below(n, l),
+        }
+    }
+
+    fn take(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> Option<PageId> {
         let n = npages as u64;
-        if let Some(s) = self.free.take(n) {
-            return PageId(s);
+        if let Some(s) = self.take_free(n) {
+            return Some(PageId(s));
         }
         self.drain_released();
-        if let Some(s) = self.free.take(n) {
-            return PageId(s);
+        if let Some(s) = self.take_free(n) {
+            return Some(PageId(s));
         }
         let want = self.next_extent_pages().max(n);
-        let ext = map.lock().claim(self.cf, want);
+        let ext = match self.limit {
+            None => map.lock().claim(self.cf, want),
+            Some(l) => {
+                let mut m = map.lock();
+                m.claim_below(self.cf, want, l)
+                    .or_else(|| m.claim_below(self.cf, n, l))?
+            }
+        };
         self.extents.push(ext);
         self.free.insert(ext.start.0, ext.pages);
-        let s = self.free.take(n).expect("fresh extent fits the request");
-        PageId(s)
+        let s = self.take_free(n).expect("fresh extent fits the request");
+        Some(PageId(s))
     }
 
     fn next_extent_pages(&self) -> u64 {
@@ -861,7 +1046,7 @@ mod tests {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
         for _ in 0..100 {
-            a.alloc(1, &map);
+            a.alloc(1, &map).unwrap();
         }
         let sizes: Vec<u64> = a.extents().iter().map(|e| e.pages).collect();
         assert_eq!(&sizes[..4], &[4, 8, 16, 16]);
@@ -873,8 +1058,8 @@ mod tests {
     fn frees_the_file_cannot_justify_are_refused() {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
-        let run = a.alloc(3, &map);
-        let single = a.alloc(1, &map);
+        let run = a.alloc(3, &map).unwrap();
+        let single = a.alloc(1, &map).unwrap();
         a.commit(Version(1), &[(run, 3), (single, 1)], &[]);
         let corrupt = |r: Result<()>| matches!(r, Err(Error::Corrupted { .. }));
         assert!(a.check_freeable(&[(run, 3), (single, 1)]).is_ok());
@@ -889,7 +1074,7 @@ mod tests {
             "inside a live run"
         );
         assert!(corrupt(a.check_freeable(&[(PageId(10_000), 1)])), "outside");
-        let free = a.alloc(1, &map);
+        let free = a.alloc(1, &map).unwrap();
         a.free_now(free, 1);
         assert!(corrupt(a.check_freeable(&[(free, 1)])), "a free page");
         a.commit(Version(2), &[], &[(run, 3)]);
@@ -905,7 +1090,7 @@ mod tests {
     fn big_run_claims_big_extent() {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
-        let p = a.alloc(100, &map);
+        let p = a.alloc(100, &map).unwrap();
         assert!(a.owns(p, 100));
     }
 
@@ -913,7 +1098,7 @@ mod tests {
     fn pending_pages_wait_for_their_batch() {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
-        let p = a.alloc(1, &map);
+        let p = a.alloc(1, &map).unwrap();
         a.commit(Version(1), &[(p, 1)], &[]);
         a.commit(Version(2), &[], &[(p, 1)]);
         let b0 = ReclaimBatch::new(a.released_sink());
@@ -922,7 +1107,11 @@ mod tests {
         let reader = b0.clone();
         drop(b0);
         for _ in 0..3 {
-            assert_ne!(a.alloc(1, &map), p, "page reused while a snapshot holds it");
+            assert_ne!(
+                a.alloc(1, &map).unwrap(),
+                p,
+                "page reused while a snapshot holds it"
+            );
         }
         drop(reader);
         a.drain_released();
@@ -937,7 +1126,7 @@ mod tests {
     fn a_page_of_the_durable_base_waits_for_a_checkpoint() {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
-        let p = a.alloc(1, &map);
+        let p = a.alloc(1, &map).unwrap();
         a.commit(Version(1), &[(p, 1)], &[]);
         assert!(!a.free_at(Version(1)).contains_all(p.0, 1));
         assert!(
@@ -964,7 +1153,7 @@ mod tests {
     fn a_run_freed_after_the_snapshot_is_still_dirty_at_it() {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
-        let p = a.alloc(1, &map);
+        let p = a.alloc(1, &map).unwrap();
         a.commit(Version(1), &[(p, 1)], &[]);
         a.commit(Version(2), &[], &[(p, 1)]);
         assert!(
@@ -987,7 +1176,7 @@ mod tests {
     fn a_released_run_is_not_reported_as_pinned() {
         let map = Mutex::new(ExtentMap::new(2));
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
-        let p = a.alloc(1, &map);
+        let p = a.alloc(1, &map).unwrap();
         a.commit(Version(1), &[(p, 1)], &[]);
         a.commit(Version(2), &[], &[(p, 1)]);
         let b1 = ReclaimBatch::new(a.released_sink());

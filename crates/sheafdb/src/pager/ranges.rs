@@ -31,6 +31,12 @@ impl RangeSet {
         }
     }
 
+    /// The range of the set holding `page`, as `(start, length)`.
+    pub fn containing(&self, page: u64) -> Option<(u64, u64)> {
+        let (&s, &l) = self.map.range(..=page).next_back()?;
+        (s + l > page).then_some((s, l))
+    }
+
     /// True if any page of `[start, start+len)` is in the set.
     pub fn intersects(&self, start: u64, len: u64) -> bool {
         if let Some((&s, &l)) = self.map.range(..=start).next_back() {
@@ -99,6 +105,18 @@ impl RangeSet {
         };
         let removed = self.remove(start, len);
         debug_assert!(removed);
+        Some(start)
+    }
+
+    /// Takes `len` contiguous pages lying wholly below `limit`, lowest
+    /// first fit.
+    pub fn take_below(&mut self, len: u64, limit: u64) -> Option<u64> {
+        let start = (self.map.iter())
+            .take_while(|(&s, _)| s + len <= limit)
+            .find(|(_, &l)| l >= len)
+            .map(|(&s, _)| s)?;
+        let removed = self.remove(start, len);
+        debug_assert!(removed && start + len <= limit);
         Some(start)
     }
 

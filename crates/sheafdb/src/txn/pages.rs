@@ -162,7 +162,12 @@ impl PageWrite for TxnPages {
     fn alloc(&mut self, npages: u32) -> Result<PageId> {
         let id = {
             let mut a = self.alloc.lock();
-            let id = a.alloc(npages, &self.space.extents);
+            let id = a.alloc(npages, &self.space.extents).ok_or_else(|| {
+                Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "no free pages below the compaction limit",
+                ))
+            })?;
             // Stale cache entries of freed, never-written runs are dropped
             // under the allocator lock: another store of this CF (a fold
             // made aside beside the writer) may reuse such a run as soon

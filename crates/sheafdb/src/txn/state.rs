@@ -32,6 +32,9 @@ use super::MAX_TABLE_NAME;
 /// memory to about its pages plus this much.
 pub(crate) const SPILL_BYTES: u64 = 4 << 20;
 
+/// Entries a repacking compaction holds in memory at once, in bytes.
+pub(crate) const REPACK_BATCH_BYTES: u64 = 8 << 20;
+
 /// `Corrupted` unless a tree's entry count is `expected`: reads and writes
 /// of the tree disagreed on which keys exist (a tree the file damaged).
 fn check_count(what: &str, root: &TreeRoot, expected: i64) -> Result<()> {
@@ -380,6 +383,82 @@ impl WriteState {
             names.insert(id, name);
         }
         Ok(names)
+    }
+
+    /// Compaction: moves every page of every table tree and of the
+    /// catalog at or past page `limit` below it (the allocator must only
+    /// hand out pages below it). The base's buffered commits are folded
+    /// first. Returns the pages moved.
+    pub fn relocate_trees(&mut self, limit: crate::types::PageId) -> Result<u64> {
+        self.fold_base()?;
+        let mut moved = 0;
+        for name in list_catalog(&self.pages, &self.catalog)? {
+            self.load_table(&name)?;
+            let t = self.tables.get_mut(&name).expect("loaded above");
+            let mut root = t.root();
+            let r = btree::relocate(&mut self.pages, &mut root, limit);
+            t.set_root(root);
+            moved += r?;
+        }
+        self.flush_tables()?;
+        let catalog = btree::relocate(&mut self.pages, &mut self.catalog, limit)?;
+        if catalog > 0 {
+            self.catalog_changed = true;
+        }
+        debug_assert!(
+            self.catalog.root.is_none_or(|r| r < limit),
+            "the catalog stayed past the limit"
+        );
+        Ok(moved + catalog)
+    }
+
+    /// Full compaction: rebuilds every table tree with its pages packed
+    /// (entries read in order, applied to a new tree as appending batches
+    /// of at most [`REPACK_BATCH_BYTES`]), then frees the old tree; the
+    /// allocator's limit keeps the new pages below page `limit`. Then the
+    /// catalog moves below it too. Returns the pages the old trees held.
+    pub fn repack_trees(&mut self, limit: crate::types::PageId) -> Result<u64> {
+        self.fold_base()?;
+        let mut old_pages = 0;
+        for name in list_catalog(&self.pages, &self.catalog)? {
+            self.load_table(&name)?;
+            let mut old = self.tables[&name].root();
+            let mut new = TreeRoot::default();
+            let mut cursor = btree::Cursor::all(&old);
+            let mut batch: Vec<btree::BatchWrite> = Vec::new();
+            let mut bytes = 0u64;
+            loop {
+                let next = cursor.next(&self.pages)?;
+                let flush = next.is_none() || bytes >= REPACK_BATCH_BYTES;
+                if flush && !batch.is_empty() {
+                    btree::apply_sorted(&mut self.pages, &mut new, &batch)?;
+                    batch.clear();
+                    bytes = 0;
+                }
+                let Some((k, v)) = next else { break };
+                bytes += (k.as_slice().len() + v.as_slice().len()) as u64;
+                batch.push((Arc::from(k.as_slice()), Some(Arc::from(v.as_slice()))));
+            }
+            check_count(&format!("table {name:?} repacked"), &new, old.len as i64)?;
+            let mut pages = 0u64;
+            btree::walk(&self.pages, &old, &mut |_, n, _| pages += u64::from(n))?;
+            old_pages += pages;
+            btree::clear(&mut self.pages, &mut old)?;
+            self.tables
+                .get_mut(&name)
+                .expect("loaded above")
+                .set_root(new);
+            debug_assert!(
+                new.root.is_none_or(|r| r < limit),
+                "a repacked root past the limit"
+            );
+        }
+        self.flush_tables()?;
+        let catalog = btree::relocate(&mut self.pages, &mut self.catalog, limit)?;
+        if catalog > 0 {
+            self.catalog_changed = true;
+        }
+        Ok(old_pages + catalog)
     }
 
     /// Loads table `name`'s state from the catalog if not loaded yet.

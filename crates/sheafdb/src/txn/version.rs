@@ -290,6 +290,10 @@ pub(crate) struct CfShared {
     head_version: std::sync::atomic::AtomicU64,
     /// Set while a fold of this CF is being made aside (one at a time).
     folding: std::sync::atomic::AtomicBool,
+    /// Set when the file was cut and this CF's extents shrank: the next
+    /// checkpoint rewrites its descriptor (whose free list must lie in
+    /// its extents) even if it has no new commit.
+    pub extents_changed: std::sync::atomic::AtomicBool,
 }
 
 impl CfShared {
@@ -317,6 +321,7 @@ impl CfShared {
             commit_gate: RankedMutex::new(()),
             head_version,
             folding: std::sync::atomic::AtomicBool::new(false),
+            extents_changed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

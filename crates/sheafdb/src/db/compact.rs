@@ -1,0 +1,345 @@
+//! Giving file space back (issue 14; design.md "Space").
+//!
+//! Owns: cutting the file back to its last page in use ([`DbShared::shrink_file`],
+//! run after checkpoints past a hysteresis, and by compaction), and
+//! compaction, which first moves pages in use out of the file's tail
+//! (copy-on-write relocation, a normal commit) so there is a tail to cut.
+//!
+//! Protocol of a cut (its crash argument is in design.md "Space"): under
+//! the checkpoint lock (so no checkpoint runs meanwhile), with every CF's
+//! allocator locked, find one past the highest page any CF holds (free
+//! pages do not count; a page a snapshot or the durable base may still
+//! read is not free); every CF gives up its pages past it and the extent
+//! map forgets them; the affected CFs are marked so the next checkpoint
+//! rewrites their descriptors. That checkpoint makes the shorter file the
+//! durable base; only after its superblock is synced is the file
+//! truncated (and synced).
+//!
+//! Must not know: B-tree layouts (relocation is `btree::relocate`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::DbShared;
+use crate::error::{Error, Result};
+use crate::txn::{CfShared, Durability, WriteState};
+use crate::types::PageId;
+
+/// Smallest free run compaction moves from a CF to the shared pool (so
+/// extents do not splinter into single pages).
+const POOL_MIN_PAGES: u64 = 8;
+
+/// What a cut gave back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cut {
+    /// File length in pages before and after.
+    pub from_pages: u64,
+    pub to_pages: u64,
+}
+
+impl DbShared {
+    /// Cuts the file back to one past its last page in use, if that gives
+    /// back at least `min_pages`: the cut, a checkpoint that makes it
+    /// durable, then the truncation. `Ok(None)` if there was not enough to
+    /// give back.
+    pub(crate) fn shrink_file(self: &Arc<Self>, min_pages: u64) -> Result<Option<Cut>> {
+        self.health.check_writable()?;
+        let Some(cut) = self.cut_tail(min_pages)? else {
+            return Ok(None);
+        };
+        // The shorter extents become the durable base ...
+        self.checkpoint_including(Vec::new())?;
+        // ... and only then does the file lose its tail.
+        self.truncate_file()?;
+        Ok(Some(cut))
+    }
+
+    /// The in-memory half of a cut (see the module doc); `None` if less
+    /// than `min_pages` would go.
+    fn cut_tail(&self, min_pages: u64) -> Result<Option<Cut>> {
+        // No checkpoint may run between the cut and the one that persists
+        // it (it would persist descriptors of extents that no longer are).
+        let sys = self.ckpt.sys.lock();
+        let sys_alloc = sys.alloc.clone();
+        let mut cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+        cfs.extend(self.registry.dropped.lock().iter().cloned());
+        cfs.sort_by_key(|c| c.id);
+        cfs.dedup_by_key(|c| c.id);
+        // Every allocator (in id order), then the extent map: nothing can
+        // allocate or claim while the end is found and cut.
+        // The system's allocator too (the system tree and metadata blob).
+        let mut allocs: Vec<_> = cfs.iter().map(|c| c.alloc.lock()).collect();
+        let mut system = sys_alloc.lock();
+        let mut extents = self.space.extents.lock();
+        let from = extents.file_pages();
+        let mut end = system.live_end().unwrap_or(2).max(2);
+        for a in allocs.iter_mut() {
+            if let Some(e) = a.live_end() {
+                end = end.max(e);
+            }
+        }
+        if end > from {
+            return Err(Error::corrupted(
+                format!("a page in use at {end} past the file end {from}"),
+                "extent map",
+            ));
+        }
+        if from - end < min_pages.max(1) {
+            return Ok(None);
+        }
+        for (cf, a) in cfs.iter().zip(allocs.iter_mut()) {
+            let before = a.extents().to_vec();
+            let ok = a.cut_to(end);
+            assert!(ok, "engine invariant: the pages past the live end are free");
+            if a.extents() != before.as_slice() {
+                cf.extents_changed.store(true, Ordering::Release);
+            }
+        }
+        let ok = system.cut_to(end);
+        assert!(
+            ok,
+            "engine invariant: the system pages past the live end are free"
+        );
+        extents.cut_to(end);
+        debug_assert_eq!(extents.file_pages(), end, "the cut left another length");
+        Ok(Some(Cut {
+            from_pages: from,
+            to_pages: end,
+        }))
+    }
+
+    /// Truncates the data file to the extent map's length (after a
+    /// checkpoint made that length durable), and syncs it.
+    fn truncate_file(&self) -> Result<()> {
+        let _sys = self.ckpt.sys.lock();
+        let pages = self.space.extents.lock().file_pages();
+        let ps = self.space.pager.page_size() as u64;
+        let storage = self.space.pager.storage();
+        let want = pages * ps;
+        if storage.len()? > want {
+            let r = storage.set_len(want).and_then(|()| storage.sync_data());
+            // A failed truncation leaves a longer file than the base says:
+            // harmless, but the I/O failed, so the database is poisoned.
+            r.map_err(|e| {
+                let e = Error::Io(e);
+                self.poison(&e);
+                e
+            })?;
+        }
+        Ok(())
+    }
+
+    /// After a checkpoint: cuts the file if its free tail is at least an
+    /// eighth of it and 1 MiB (so it does not flap between cuts and
+    /// regrowth by an extent).
+    pub(crate) fn shrink_if_worth_it(self: &Arc<Self>) -> Result<()> {
+        if self.health.is_read_only() {
+            return Ok(());
+        }
+        let ps = self.space.pager.page_size() as u64;
+        let file = self.space.extents.lock().file_pages();
+        let min_pages = (file / 8).max((1 << 20) / ps);
+        self.shrink_file(min_pages).map(drop)
+    }
+}
+
+/// What compaction did ([`crate::Database::compact`],
+/// [`crate::Database::compact_step`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Length of the data file before, in bytes.
+    pub bytes_before: u64,
+    /// Length of the data file after, in bytes.
+    pub bytes_after: u64,
+    /// Pages copied from the file's tail into free space below it.
+    pub pages_moved: u64,
+    /// True if the file is as short as compaction can make it now: no
+    /// page in use lies past the space the data needs (pages an open
+    /// snapshot still reads, or that wait for one, stay where they are
+    /// until it is dropped).
+    pub done: bool,
+}
+
+impl CompactReport {
+    /// Bytes given back to the file system.
+    pub fn reclaimed_bytes(&self) -> u64 {
+        self.bytes_before.saturating_sub(self.bytes_after)
+    }
+}
+
+/// Restores a CF allocator's compaction limit when dropped.
+struct Limit<'a>(&'a CfShared);
+
+impl<'a> Limit<'a> {
+    fn set(cf: &'a CfShared, limit: u64) -> Limit<'a> {
+        cf.alloc.lock().set_limit(Some(limit));
+        Limit(cf)
+    }
+}
+
+impl Drop for Limit<'_> {
+    fn drop(&mut self) {
+        self.0.alloc.lock().set_limit(None);
+    }
+}
+
+impl DbShared {
+    /// Pages of the file and pages in use (not free) over every allocator.
+    fn usage(&self) -> (u64, u64) {
+        let mut used = 2; // the superblocks
+        let sys = self.ckpt.sys.lock();
+        let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+        let mut count = |a: &mut crate::pager::alloc::CfAllocator| {
+            a.drain_released();
+            let extent_pages: u64 = a.extents().iter().map(|e| e.pages).sum();
+            used += extent_pages - a.free_set().pages();
+        };
+        for cf in &cfs {
+            count(&mut cf.alloc.lock());
+        }
+        count(&mut sys.alloc.lock());
+        drop(sys);
+        (self.space.extents.lock().file_pages(), used)
+    }
+
+    /// One step of compaction: checkpoint, then move the pages in use in
+    /// the last `max_bytes` of the file (no deeper than the file would end
+    /// if packed) below that point by copy-on-write (a commit per CF, the
+    /// system tree by the next checkpoint), checkpoint, and cut the file.
+    /// Readers and writers keep running; a writer of a CF being moved
+    /// waits for that commit like for any other.
+    pub(crate) fn compact_step(self: &Arc<Self>, max_bytes: u64) -> Result<CompactReport> {
+        self.check_open()?;
+        let ps = self.space.pager.page_size() as u64;
+        self.checkpoint_all()?;
+        let (file, used) = self.usage();
+        let mut report = CompactReport {
+            bytes_before: file * ps,
+            ..CompactReport::default()
+        };
+        // Where the file could end if packed, with a little room for the
+        // system's own pages and the allocation granularity.
+        let target = used + used / 64 + 16;
+        let step = (max_bytes / ps).max(1);
+        let limit = target.max(file.saturating_sub(step));
+        if limit < file {
+            let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+            self.pool_free_space(&cfs, limit);
+            for cf in &cfs {
+                match self.relocate_cf(cf, limit) {
+                    Ok(n) => report.pages_moved += n,
+                    // No room below the limit in this CF: it keeps its
+                    // tail pages this step.
+                    Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.ckpt.relocate_below.store(limit, Ordering::Release);
+            let r = self.checkpoint_all();
+            self.ckpt.relocate_below.store(0, Ordering::Release);
+            r?;
+        }
+        self.shrink_file(1)?;
+        let (after, _) = self.usage();
+        report.bytes_after = after * ps;
+        report.done = after <= target || (report.pages_moved == 0 && after >= file);
+        Ok(report)
+    }
+
+    /// Gives every CF's free runs below `limit` (of at least
+    /// [`POOL_MIN_PAGES`]) back to the extent map's pool, so the pages
+    /// of any CF past the limit can move into them. Under the checkpoint
+    /// lock, like a cut: the next checkpoint rewrites the descriptors of
+    /// the CFs whose extents changed.
+    fn pool_free_space(&self, cfs: &[Arc<CfShared>], limit: u64) {
+        let _sys = self.ckpt.sys.lock();
+        for cf in cfs {
+            let mut a = cf.alloc.lock();
+            let runs = a.give_free(POOL_MIN_PAGES, limit);
+            if runs.is_empty() {
+                continue;
+            }
+            let mut extents = self.space.extents.lock();
+            for r in runs {
+                extents.give_back(cf.id, r);
+            }
+            cf.extents_changed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Compaction until the file is as short as it gets (or a step gives
+    /// nothing back): first every CF's trees are rebuilt packed into the
+    /// lowest free pages below the current end (where there is room for
+    /// them: the file never grows), then the tail is moved and cut in
+    /// steps.
+    pub(crate) fn compact(self: &Arc<Self>) -> Result<CompactReport> {
+        self.check_open()?;
+        self.checkpoint_all()?;
+        let ps = self.space.pager.page_size() as u64;
+        let (file, _) = self.usage();
+        let mut total = CompactReport {
+            bytes_before: file * ps,
+            ..CompactReport::default()
+        };
+        let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+        for cf in &cfs {
+            match self.rewrite_cf(cf, file, WriteState::repack_trees) {
+                Ok(n) => total.pages_moved += n,
+                // Not enough free space for a packed copy: the steps below
+                // still move its tail.
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {}
+                Err(e) => return Err(e),
+            }
+        }
+        loop {
+            let r = self.compact_step(64 << 20)?;
+            total.bytes_after = r.bytes_after;
+            total.pages_moved += r.pages_moved;
+            total.done = r.done;
+            if r.done || r.bytes_after >= r.bytes_before {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Moves `cf`'s trees below page `limit` as one commit (nothing if they
+    /// already are). Returns the pages moved; an I/O error of kind
+    /// `StorageFull` if the CF has no room below the limit.
+    fn relocate_cf(self: &Arc<Self>, cf: &Arc<CfShared>, limit: u64) -> Result<u64> {
+        self.rewrite_cf(cf, limit, WriteState::relocate_trees)
+    }
+
+    /// Runs `rewrite` (relocation or repacking) over `cf`'s trees with its
+    /// allocator limited below `limit`, and commits the result (a commit
+    /// whose record carries no operation: the data does not change).
+    fn rewrite_cf(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        limit: u64,
+        rewrite: fn(&mut WriteState, PageId) -> Result<u64>,
+    ) -> Result<u64> {
+        let lock = cf.lock_writer()?;
+        cf.check_live()?;
+        let _limit = Limit::set(cf, limit);
+        let log_max = Some(self.options.wal_record_max_bytes);
+        let mut st = WriteState::new(self.space.clone(), cf, lock.head.clone(), log_max);
+        let moved = match rewrite(&mut st, PageId(limit)) {
+            Ok(n) => n,
+            Err(e) => {
+                st.pages.rollback();
+                return Err(e);
+            }
+        };
+        if !st.needs_tree_commit() || !st.pages.is_dirty() {
+            st.pages.rollback();
+            return Ok(0);
+        }
+        // The data did not change: the record carries no operation.
+        let payload = st.log.take().map(|enc| enc.finish());
+        let r = self.commit(cf, &mut st, lock, Durability::None, payload);
+        if r.is_err() {
+            st.pages.rollback();
+        }
+        r.map(|()| moved)
+    }
+}
