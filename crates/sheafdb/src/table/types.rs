@@ -34,7 +34,7 @@
 //! | `()`                       | `"()"`         | empty                                          | empty                          | yes     |
 //! | `Option<T>`                | `"Option<T>"`  | `00` for `None`, `01` + key of `T` for `Some`  | `00` / `01` + value of `T`     | if `T` is (`01` + part of `T`) |
 //! | `f32`, `f64`               | `"f32"`, `"f64"` | — (not a key)                                | bits little-endian             | no      |
-//! | `(A, B, …, Z)` (1 to 8)    | `"(a,b,…,z)"`  | part of `A`, part of `B`, …, then key of `Z`   | see below                      | if all elements are |
+//! | `(A, B, …, Z)` (1 to 12)   | `"(a,b,…,z)"`  | part of `A`, part of `B`, …, then key of `Z`   | see below                      | if all elements are |
 //!
 //! **Escaped byte strings.** As a key part, a `String` or `Vec<u8>` is
 //! written with every `00` byte replaced by `00 FF`, followed by the
@@ -1041,6 +1041,10 @@ impl_tuple!(A a 0, B b 1, C c 2, D d 3; E e 4);
 impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4; F f 5);
 impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5; G g 6);
 impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6; H h 7);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7; I i 8);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7, I i 8; J j 9);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7, I i 8, J j 9; K k 10);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7, I i 8, J j 9, K k 10; L l 11);
 
 #[cfg(test)]
 mod tests {
@@ -1199,6 +1203,16 @@ mod tests {
         key_eight: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>) =
             (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
              Just(()), string(), bytes());
+        key_nine: (u8, String, bool, i16, Option<u8>, (), char, Vec<u8>, u32) =
+            (0u8..2, string(), any::<bool>(), -1i16..1, proptest::option::of(0u8..2),
+             Just(()), Just('x'), bytes(), any::<u32>());
+        key_ten: (u8, u8, u8, u8, u8, u8, u8, u8, String, i32) =
+            (0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, string(), any::<i32>());
+        key_eleven: (String, u8, u8, u8, u8, u8, u8, u8, u8, u8, Vec<u8>) =
+            (string(), 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, bytes());
+        key_twelve: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String) =
+            (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
+             Just(()), string(), bytes(), 0u16..2, -1i64..1, any::<[u8; 2]>(), string());
     }
 
     part_props! {
@@ -1222,6 +1236,9 @@ mod tests {
         part_triple: (u32, String, i64) = (0u32..3, string(), -2i64..2);
         part_string_bytes: (String, Vec<u8>) = (string(), bytes());
         part_unit_u8: ((), u8) = (Just(()), any::<u8>());
+        part_twelve: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String) =
+            (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
+             Just(()), string(), bytes(), 0u16..2, -1i64..1, any::<[u8; 2]>(), string());
     }
 
     proptest! {
@@ -1285,6 +1302,10 @@ mod tests {
             fuzz_part::<(String, Vec<u8>)>(b);
             fuzz_part::<((), u8)>(b);
             fuzz_part::<(bool, u8, i8, char, Option<u8>, (), String, Vec<u8>)>(b);
+            fuzz_part::<(u8, String, bool, i16, Option<u8>, (), char, Vec<u8>, u32)>(b);
+            fuzz_part::<(bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String)>(b);
+            fuzz_key::<(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, String, &str)>(b);
+            fuzz_value::<(u8, String, u8, u8, u8, u8, u8, u8, u8, f64, Option<u8>, &[u8])>(b);
             fuzz_key::<&str>(b);
             fuzz_key::<&[u8]>(b);
             fuzz_key::<Option<&str>>(b);
@@ -1350,6 +1371,47 @@ mod tests {
         assert_eq!(v, [7, b'a', b'b']);
         let v = encode_value_to_vec::<(u16, (), bool)>(&(0x0102, (), true));
         assert_eq!(v, [2, 1, 1]);
+        type Twelve = (
+            u8,
+            &'static str,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            Vec<u8>,
+            &'static str,
+        );
+        let twelve = (1, "ab", 2, 3, 4, 5, 6, 7, 8, 9, vec![0], "z");
+        let v = encode_value_to_vec::<Twelve>(&twelve);
+        assert_eq!(
+            v,
+            [1, 2, 0, 0, 0, b'a', b'b', 2, 3, 4, 5, 6, 7, 8, 9, 1, 0, 0, 0, 0, b'z']
+        );
+        assert_eq!(<Twelve>::decode_value(&v).unwrap(), twelve);
+        type TwelveKey = (
+            u8,
+            String,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            Vec<u8>,
+            &'static str,
+        );
+        let twelve = (1, "ab".into(), 2, 3, 4, 5, 6, 7, 8, 9, vec![0], "z");
+        let k = encode_key_to_vec::<TwelveKey>(&twelve);
+        assert_eq!(
+            k,
+            [1, b'a', b'b', 0, 0, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0xFF, 0, 0, b'z']
+        );
     }
 
     #[test]
@@ -1434,6 +1496,10 @@ mod tests {
         assert_eq!(<(u32, String, i64)>::type_name(), "(u32,str,i64)");
         assert_eq!(<((), u8)>::type_name(), "((),u8)");
         assert_eq!(
+            <(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, &str)>::type_name(),
+            "(u8,u8,u8,u8,u8,u8,u8,u8,u8,u8,u8,str)"
+        );
+        assert_eq!(
             <(Option<(u8, bool)>, Vec<u8>)>::type_name(),
             "(Option<(u8,bool)>,bytes)"
         );
@@ -1461,6 +1527,10 @@ mod tests {
         assert_eq!(
             <(u8, u8, u8, u8, u8, u8, u8, [u8; 3])>::fixed_width(),
             Some(10)
+        );
+        assert_eq!(
+            <(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, u16, [u8; 3])>::fixed_width(),
+            Some(15)
         );
     }
 
