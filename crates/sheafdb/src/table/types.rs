@@ -28,9 +28,9 @@
 //! | `i8` … `i128`              | `"i64"`, …     | big-endian, sign bit flipped                   | little-endian                  | yes     |
 //! | `bool`                     | `"bool"`       | one byte, `0` or `1`                           | same as key                    | yes     |
 //! | `char`                     | `"char"`       | scalar value as `u32` big-endian               | `u32` little-endian            | yes     |
-//! | `&str`, `String`           | `"str"`        | raw UTF-8                                      | raw UTF-8                      | `String` only, escaped (below) |
-//! | `&[u8]`, `Vec<u8>`         | `"bytes"`      | raw bytes                                      | raw bytes                      | `Vec<u8>` only, escaped (below) |
-//! | `[u8; N]`                  | `"[u8;N]"`     | raw `N` bytes                                  | raw `N` bytes                  | yes     |
+//! | `&str`, `String`, `Cow<str>` | `"str"`      | raw UTF-8                                      | raw UTF-8                      | `String`, `Cow<str>`: escaped (below) |
+//! | `&[u8]`, `Vec<u8>`, `Cow<[u8]>` | `"bytes"` | raw bytes                                      | raw bytes                      | `Vec<u8>`, `Cow<[u8]>`: escaped (below) |
+//! | `[u8; N]`, `&[u8; N]`      | `"[u8;N]"`     | raw `N` bytes                                  | raw `N` bytes                  | yes     |
 //! | `()`                       | `"()"`         | empty                                          | empty                          | yes     |
 //! | `Option<T>`                | `"Option<T>"`  | `00` for `None`, `01` + key of `T` for `Some`  | `00` / `01` + value of `T`     | if `T` is (`01` + part of `T`) |
 //! | `f32`, `f64`               | `"f32"`, `"f64"` | — (not a key)                                | bits little-endian             | no      |
@@ -41,9 +41,15 @@
 //! terminator `00 00`. The terminator sorts below every escaped byte, so a
 //! string sorts before its extensions (`"a"` → `61 00 00` <
 //! `"a\0"` → `61 00 FF 00 00` < `"ab"` → `61 62 00 00`), and the decoder
-//! can find the end. `&str` and `&[u8]` cannot be key parts because they
-//! decode without copying, which an escaped form does not allow; use
-//! `String` / `Vec<u8>` in non-final tuple positions.
+//! can find the end.
+//!
+//! **Zero-copy decoding.** `&str`, `&[u8]` and `&[u8; N]` decode to
+//! references into the stored bytes (`Cow<str>` and `Cow<[u8]>` to
+//! `Cow::Borrowed`), alone, as the last element of a tuple key, and anywhere
+//! in a tuple value (whose variable-width elements are length-prefixed, see
+//! below). The types that share a type name share every encoding, so a
+//! table written as `(String, u64)` can be read as `(Cow<str>, u64)` and the
+//! other way round.
 //!
 //! **Tuple values.** Elements are written in order. An element with a fixed
 //! width is written raw; a variable-width element is prefixed with its
@@ -52,6 +58,90 @@
 //!
 //! A 1-tuple has the same encodings as its element, but its own type name
 //! (`"(u64,)"`).
+//!
+//! # Strings in non-final positions of a tuple key
+//!
+//! A non-final key part must be *self-delimiting* (the decoder must find
+//! where it ends) and must keep byte order with whatever follows it. A
+//! length prefix, which is how a length-prefixed format like redb's keeps
+//! parts apart, is self-delimiting but does not keep byte order: `"b"` →
+//! `01 62` sorts before `"ab"` → `02 61 62`, while `"ab" < "b"`. redb can
+//! afford it because its B-tree calls a comparison function of the key type;
+//! this B+tree compares bytes only (memcmp), so prefixes, separators and
+//! cursors need no type information. Under byte comparison, a part must end
+//! in a byte sequence that sorts below every continuation, so that sequence
+//! cannot also appear as content: content that contains it has to be
+//! rewritten (escaped), and an escaped string is not the stored bytes. So no
+//! encoding both keeps byte order and lets every string part be borrowed
+//! from the page.
+//!
+//! sheafdb keeps the escaped form (unchanged, so existing tables read back
+//! identically) and offers three decoded types for a non-final string part:
+//!
+//! * `Cow<'static, str>` / `Cow<'static, [u8]>` decode to `Cow::Borrowed`
+//!   (no copy) when the part holds no `00` byte, which is the escaped form
+//!   of a part without `00` (its bytes and then `00 00`), and to
+//!   `Cow::Owned` (an unescaped copy) otherwise. Use these for zero-copy
+//!   reads: `TableDefinition<(Cow<'static, str>, u64, &str), V>`, keys
+//!   written as `(Cow::Borrowed("a"), 7, "b")`; a read key's
+//!   `.0` derefs to `str`.
+//! * `String` / `Vec<u8>` always copy.
+//! * `&str` / `&[u8]` are not [`KeyPart`]s: their decoded type `&'a str`
+//!   cannot hold the copy a part with a `00` byte needs. A tuple decodes to
+//!   the tuple of its elements' `SelfType`s, in keys and values alike, and
+//!   without specialization or associated type defaults in stable Rust,
+//!   giving `&str` another decoded type in non-final key positions would mean
+//!   a new required item in every [`Value`] impl and a changed decoded type
+//!   for existing tuple values such as `(&str, u64)`. Spelling the
+//!   borrowed-or-owned type in the table definition costs nothing at run
+//!   time; using `&str` there is a compile error that points here.
+//!
+//! All three write the same bytes and have the same type name (`"str"` /
+//! `"bytes"`), so a table can switch between them. The trade-off of the
+//! escaped form: a part costs two bytes more than its content (plus one per
+//! `00` byte), and reading a part that holds a `00` byte allocates.
+//!
+//! ```
+//! use std::borrow::Cow;
+//! use sheafdb::table::types::{Key, TableDefinition};
+//!
+//! type Edge = (Cow<'static, str>, u64, &'static str);
+//! const EDGES: TableDefinition<Edge, u32> = TableDefinition::new("edges");
+//! assert_eq!(EDGES.key_type_name(), "(str,u64,str)"); // as (String, u64, &str)
+//!
+//! let mut bytes = Vec::new();
+//! Edge::encode_key(&(Cow::Borrowed("from"), 7, "to"), &mut bytes);
+//! let (from, n, to) = Edge::decode_key(&bytes)?;
+//! assert!(matches!(from, Cow::Borrowed("from")));
+//! assert_eq!((n, to), (7, "to"));
+//! # Ok::<(), sheafdb::Error>(())
+//! ```
+//!
+//! ```compile_fail
+//! # use sheafdb::table::types::TableDefinition;
+//! // error: `&str` is not a `KeyPart` (use `Cow<'static, str>` there)
+//! const EDGES: TableDefinition<(&str, u64, &str), u32> = TableDefinition::new("edges");
+//! ```
+//!
+//! # Custom orderings
+//!
+//! redb lets a key type supply its own comparison function. That does not
+//! fit this design: the B+tree, the write buffer's ordered map, the merged
+//! view and the key-prefix separators in branch pages all compare encoded
+//! keys as bytes, without knowing the key type (so branch separators can be
+//! the shortest byte strings between two pages, and the buffer and WAL
+//! replay work on bytes alone). A
+//! comparator would have to be threaded through all of them and stored with
+//! the table, and a separator shortened by bytes would no longer be a valid
+//! bound under it.
+//!
+//! To order keys another way, encode them into bytes whose byte order *is*
+//! that order, in [`Key::encode_key`] (and [`KeyPart::encode_key_part`]):
+//! for a descending `u64`, write `!x` big-endian; for case-insensitive text,
+//! write the folded string (then a tie-breaker, such as the original, if
+//! distinct keys may fold alike); for a field-wise order, write the fields
+//! as a tuple's parts. The property tests in this module check exactly
+//! `a.cmp(&b) == encode(a).cmp(&encode(b))`; do the same for your type.
 //!
 //! # Implementing the traits for your own types
 //!
@@ -117,6 +207,7 @@
 //! assert_eq!(POSTS.name(), "posts");
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -162,6 +253,10 @@ pub trait Key: Value {
 /// The part encoding must preserve order and be prefix-free: for `a < b`,
 /// `part(a)` followed by anything sorts before `part(b)` followed by
 /// anything.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `KeyPart`: it cannot stand in a non-final position of a tuple key",
+    note = "`&str` and `&[u8]` can only be last in a tuple key; elsewhere use `Cow<'static, str>` / `Cow<'static, [u8]>` (borrowed unless the part holds a 00 byte) or `String` / `Vec<u8>`, with the same encoding (see `sheafdb::table::types`)"
+)]
 pub trait KeyPart: Key {
     /// Appends the self-delimiting, order-preserving encoding to `out`.
     fn encode_key_part(value: &Self::SelfType<'_>, out: &mut Vec<u8>);
@@ -273,6 +368,12 @@ impl Ctx {
 fn exact<const N: usize>(bytes: &[u8], ty: &str, ctx: Ctx) -> Result<[u8; N]> {
     <[u8; N]>::try_from(bytes)
         .map_err(|_| ctx.err(format!("{ty} needs {N} bytes, found {}", bytes.len())))
+}
+
+/// `bytes` as a reference to an array of exactly `N` bytes.
+fn exact_ref<const N: usize>(bytes: &[u8], ctx: Ctx) -> Result<&[u8; N]> {
+    <&[u8; N]>::try_from(bytes)
+        .map_err(|_| ctx.err(format!("byte array needs {N} bytes, found {}", bytes.len())))
 }
 
 /// The first `N` bytes of `bytes` (key parts).
@@ -729,6 +830,134 @@ impl KeyPart for Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------
+// Borrowed-or-owned strings: Cow<str>, Cow<[u8]>
+// ---------------------------------------------------------------------------
+
+/// [`unescape`] that borrows: the raw bytes of the escaped part at the start
+/// of `bytes` (borrowed when the part holds no escaped `00`, a copy
+/// otherwise) and how many encoded bytes it used.
+fn unescape_cow(bytes: &[u8]) -> Result<(Cow<'_, [u8]>, usize)> {
+    let Some(zero) = bytes.iter().position(|&b| b == ESCAPE) else {
+        return Err(Ctx::Key.err("unterminated escaped string in key"));
+    };
+    match (bytes.get(..zero), bytes.get(zero + 1)) {
+        (Some(raw), Some(&TERMINATOR)) => Ok((Cow::Borrowed(raw), zero + 2)),
+        _ => unescape(bytes).map(|(raw, used)| (Cow::Owned(raw), used)),
+    }
+}
+
+/// UTF-8 check of a [`unescape_cow`] result, keeping it borrowed or owned.
+fn cow_utf8(raw: Cow<'_, [u8]>) -> Result<Cow<'_, str>> {
+    match raw {
+        Cow::Borrowed(b) => decode_utf8(b, Ctx::Key).map(Cow::Borrowed),
+        Cow::Owned(v) => String::from_utf8(v)
+            .map(Cow::Owned)
+            .map_err(|e| Ctx::Key.err(format!("invalid UTF-8 in str: {}", e.utf8_error()))),
+    }
+}
+
+/// A string that borrows from the stored bytes where it can: the type to
+/// use for a string in a non-final tuple key position (see the module doc).
+/// Same encodings and type name (`"str"`) as `&str` and `String`.
+impl Value for Cow<'_, str> {
+    type SelfType<'a>
+        = Cow<'a, str>
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+    fn encode_value(value: &Cow<'_, str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value.as_bytes());
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Cow<'a, str>>
+    where
+        Self: 'a,
+    {
+        decode_utf8(bytes, Ctx::Value).map(Cow::Borrowed)
+    }
+    fn type_name() -> String {
+        "str".to_string()
+    }
+}
+
+impl Key for Cow<'_, str> {
+    fn encode_key(value: &Cow<'_, str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value.as_bytes());
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Cow<'a, str>>
+    where
+        Self: 'a,
+    {
+        decode_utf8(bytes, Ctx::Key).map(Cow::Borrowed)
+    }
+}
+
+impl KeyPart for Cow<'_, str> {
+    fn encode_key_part(value: &Cow<'_, str>, out: &mut Vec<u8>) {
+        escape_into(value.as_bytes(), out);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Cow<'a, str>, usize)>
+    where
+        Self: 'a,
+    {
+        let (raw, used) = unescape_cow(bytes)?;
+        Ok((cow_utf8(raw)?, used))
+    }
+}
+
+/// Bytes that borrow from the stored bytes where they can: the type to use
+/// for bytes in a non-final tuple key position (see the module doc). Same
+/// encodings and type name (`"bytes"`) as `&[u8]` and `Vec<u8>`.
+impl Value for Cow<'_, [u8]> {
+    type SelfType<'a>
+        = Cow<'a, [u8]>
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+    fn encode_value(value: &Cow<'_, [u8]>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value);
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Cow<'a, [u8]>>
+    where
+        Self: 'a,
+    {
+        Ok(Cow::Borrowed(bytes))
+    }
+    fn type_name() -> String {
+        "bytes".to_string()
+    }
+}
+
+impl Key for Cow<'_, [u8]> {
+    fn encode_key(value: &Cow<'_, [u8]>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value);
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Cow<'a, [u8]>>
+    where
+        Self: 'a,
+    {
+        Ok(Cow::Borrowed(bytes))
+    }
+}
+
+impl KeyPart for Cow<'_, [u8]> {
+    fn encode_key_part(value: &Cow<'_, [u8]>, out: &mut Vec<u8>) {
+        escape_into(value, out);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Cow<'a, [u8]>, usize)>
+    where
+        Self: 'a,
+    {
+        unescape_cow(bytes)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Fixed byte arrays, unit
 // ---------------------------------------------------------------------------
 
@@ -773,6 +1002,60 @@ impl<const N: usize> KeyPart for [u8; N] {
         Self: 'a,
     {
         Ok((leading(bytes, "byte array")?, N))
+    }
+}
+
+/// The same bytes and type name as `[u8; N]`, decoded without copying.
+impl<const N: usize> Value for &[u8; N] {
+    type SelfType<'a>
+        = &'a [u8; N]
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        Some(N)
+    }
+    fn encode_value(value: &&[u8; N], out: &mut Vec<u8>) {
+        out.extend_from_slice(*value);
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<&'a [u8; N]>
+    where
+        Self: 'a,
+    {
+        exact_ref(bytes, Ctx::Value)
+    }
+    fn type_name() -> String {
+        format!("[u8;{N}]")
+    }
+}
+
+impl<const N: usize> Key for &[u8; N] {
+    fn encode_key(value: &&[u8; N], out: &mut Vec<u8>) {
+        out.extend_from_slice(*value);
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<&'a [u8; N]>
+    where
+        Self: 'a,
+    {
+        exact_ref(bytes, Ctx::Key)
+    }
+}
+
+impl<const N: usize> KeyPart for &[u8; N] {
+    fn encode_key_part(value: &&[u8; N], out: &mut Vec<u8>) {
+        out.extend_from_slice(*value);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(&'a [u8; N], usize)>
+    where
+        Self: 'a,
+    {
+        let head = bytes.first_chunk::<N>().ok_or_else(|| {
+            Ctx::Key.err(format!(
+                "byte array key part needs {N} bytes, found {}",
+                bytes.len()
+            ))
+        })?;
+        Ok((head, N))
     }
 }
 
@@ -1067,6 +1350,11 @@ mod tests {
         vec(ch, 0..8).prop_map(String::from_iter)
     }
 
+    /// `&'static str` keys for tuples, with prefixes and NULs.
+    fn static_str() -> impl Strategy<Value = &'static str> {
+        proptest::sample::select(&["", "\0", "a", "a\0", "a\0b", "ab", "b", "\u{ff}"][..])
+    }
+
     fn bytes() -> impl Strategy<Value = Vec<u8>> {
         vec(
             prop_oneof![Just(0u8), Just(1), Just(0xFF), any::<u8>()],
@@ -1203,6 +1491,13 @@ mod tests {
         key_eight: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>) =
             (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
              Just(()), string(), bytes());
+        key_cow_str: Cow<'static, str> = string().prop_map(Cow::Owned);
+        key_cow_bytes: Cow<'static, [u8]> = bytes().prop_map(Cow::Owned);
+        key_cow_str_u64_str: (Cow<'static, str>, u64, &'static str) =
+            (string().prop_map(Cow::Owned), 0u64..2, static_str());
+        key_cows_everywhere: (Cow<'static, [u8]>, Cow<'static, str>, u8, Cow<'static, str>) =
+            (bytes().prop_map(Cow::Owned), string().prop_map(Cow::Owned), 0u8..2,
+             string().prop_map(Cow::Owned));
         key_nine: (u8, String, bool, i16, Option<u8>, (), char, Vec<u8>, u32) =
             (0u8..2, string(), any::<bool>(), -1i16..1, proptest::option::of(0u8..2),
              Just(()), Just('x'), bytes(), any::<u32>());
@@ -1236,6 +1531,10 @@ mod tests {
         part_triple: (u32, String, i64) = (0u32..3, string(), -2i64..2);
         part_string_bytes: (String, Vec<u8>) = (string(), bytes());
         part_unit_u8: ((), u8) = (Just(()), any::<u8>());
+        part_cow_str: Cow<'static, str> = string().prop_map(Cow::Owned);
+        part_cow_bytes: Cow<'static, [u8]> = bytes().prop_map(Cow::Owned);
+        part_cow_pair: (Cow<'static, str>, Cow<'static, [u8]>) =
+            (string().prop_map(Cow::Owned), bytes().prop_map(Cow::Owned));
         part_twelve: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String) =
             (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
              Just(()), string(), bytes(), 0u16..2, -1i64..1, any::<[u8; 2]>(), string());
@@ -1256,6 +1555,52 @@ mod tests {
             prop_assert_eq!(&kx, &x);
             prop_assert_eq!(<&[u8]>::decode_key(&kx).unwrap(), x.as_slice());
             prop_assert_eq!(<&[u8]>::decode_value(&kx).unwrap(), x.as_slice());
+        }
+
+        #[test]
+        fn cow_parts_match_owned_forms(a in string(), x in bytes(), n in any::<u64>(), t in static_str()) {
+            let cow = Cow::Borrowed(a.as_str());
+            prop_assert_eq!(part_of::<Cow<'static, str>>(&cow), part_of::<String>(&a));
+            let cow_x = Cow::Borrowed(x.as_slice());
+            prop_assert_eq!(part_of::<Cow<'static, [u8]>>(&cow_x), part_of::<Vec<u8>>(&x));
+            let key = encode_key_to_vec::<(Cow<'static, str>, u64, &str)>(&(cow.clone(), n, t));
+            prop_assert_eq!(&key, &encode_key_to_vec::<(String, u64, &str)>(&(a.clone(), n, t)));
+            let (back, m, tail) = <(Cow<'static, str>, u64, &str)>::decode_key(&key).unwrap();
+            prop_assert_eq!((back.as_ref(), m, tail), (a.as_str(), n, t));
+            // Borrowed exactly when the part holds no 00 byte.
+            prop_assert_eq!(matches!(back, Cow::Borrowed(_)), !a.contains('\0'));
+            if let Cow::Borrowed(b) = back {
+                prop_assert_eq!(b.as_ptr(), key.as_ptr());
+            }
+            let value = encode_value_to_vec::<(Cow<'static, str>, u64)>(&(cow.clone(), n));
+            prop_assert_eq!(&value, &encode_value_to_vec::<(String, u64)>(&(a.clone(), n)));
+            let (v, _) = <(Cow<'static, str>, u64)>::decode_value(&value).unwrap();
+            prop_assert!(matches!(v, Cow::Borrowed(_)));
+            let x_part = part_of::<Vec<u8>>(&x);
+            let (raw, used) = <Cow<'static, [u8]>>::decode_key_part(&x_part).unwrap();
+            prop_assert_eq!((raw.as_ref(), used), (x.as_slice(), x_part.len()));
+            prop_assert_eq!(matches!(raw, Cow::Borrowed(_)), !x.contains(&0));
+        }
+
+        #[test]
+        fn byte_array_refs_match_arrays(a in any::<[u8; 4]>(), b in any::<[u8; 4]>(), tail in noise()) {
+            let (ka, kb) = (encode_key_to_vec::<&[u8; 4]>(&&a), encode_key_to_vec::<&[u8; 4]>(&&b));
+            prop_assert_eq!(&ka, &encode_key_to_vec::<[u8; 4]>(&a));
+            prop_assert_eq!(&encode_value_to_vec::<&[u8; 4]>(&&a), &encode_value_to_vec::<[u8; 4]>(&a));
+            prop_assert_eq!(a.cmp(&b), ka.cmp(&kb));
+            let back = <&[u8; 4]>::decode_key(&ka).unwrap();
+            prop_assert_eq!(back, &a);
+            prop_assert_eq!(back.as_ptr(), ka.as_ptr());
+            prop_assert_eq!(<&[u8; 4]>::decode_value(&ka).unwrap(), &a);
+            let mut part = part_of::<&[u8; 4]>(&&a);
+            part.extend_from_slice(&tail);
+            let (p, used) = <&[u8; 4]>::decode_key_part(&part).unwrap();
+            prop_assert_eq!((p, used), (&a, 4));
+            let pair = encode_key_to_vec::<(&[u8; 4], &[u8; 4])>(&(&a, &b));
+            prop_assert_eq!(<(&[u8; 4], &[u8; 4])>::decode_key(&pair).unwrap(), (&a, &b));
+            for n in 0..4 {
+                fuzz_part::<&[u8; 4]>(&ka[..n]);
+            }
         }
 
         #[test]
@@ -1306,6 +1651,11 @@ mod tests {
             fuzz_part::<(bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String)>(b);
             fuzz_key::<(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, String, &str)>(b);
             fuzz_value::<(u8, String, u8, u8, u8, u8, u8, u8, u8, f64, Option<u8>, &[u8])>(b);
+            fuzz_part::<Cow<'static, str>>(b);
+            fuzz_part::<Cow<'static, [u8]>>(b);
+            fuzz_part::<(Cow<'static, str>, Cow<'static, [u8]>)>(b);
+            fuzz_part::<&[u8; 4]>(b);
+            fuzz_key::<(Cow<'static, str>, u64, &str)>(b);
             fuzz_key::<&str>(b);
             fuzz_key::<&[u8]>(b);
             fuzz_key::<Option<&str>>(b);
@@ -1486,6 +1836,13 @@ mod tests {
         assert_eq!(<&[u8]>::type_name(), "bytes");
         assert_eq!(<Vec<u8>>::type_name(), "bytes");
         assert_eq!(<[u8; 16]>::type_name(), "[u8;16]");
+        assert_eq!(<&[u8; 16]>::type_name(), "[u8;16]");
+        assert_eq!(<Cow<'static, str>>::type_name(), "str");
+        assert_eq!(<Cow<'static, [u8]>>::type_name(), "bytes");
+        assert_eq!(
+            <(Cow<'static, str>, u64, &str)>::type_name(),
+            <(String, u64, &str)>::type_name()
+        );
         assert_eq!(<()>::type_name(), "()");
         assert_eq!(f32::type_name(), "f32");
         assert_eq!(f64::type_name(), "f64");
@@ -1515,6 +1872,9 @@ mod tests {
         assert_eq!(f32::fixed_width(), Some(4));
         assert_eq!(f64::fixed_width(), Some(8));
         assert_eq!(<[u8; 7]>::fixed_width(), Some(7));
+        assert_eq!(<&[u8; 7]>::fixed_width(), Some(7));
+        assert_eq!(<Cow<'static, str>>::fixed_width(), None);
+        assert_eq!(<Cow<'static, [u8]>>::fixed_width(), None);
         assert_eq!(<()>::fixed_width(), Some(0));
         assert_eq!(<&str>::fixed_width(), None);
         assert_eq!(String::fixed_width(), None);
