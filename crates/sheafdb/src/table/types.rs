@@ -34,6 +34,8 @@
 //! | `()`                       | `"()"`         | empty                                          | empty                          | yes     |
 //! | `Option<T>`                | `"Option<T>"`  | `00` for `None`, `01` + key of `T` for `Some`  | `00` / `01` + value of `T`     | if `T` is (`01` + part of `T`) |
 //! | `f32`, `f64`               | `"f32"`, `"f64"` | — (not a key)                                | bits little-endian             | no      |
+//! | `[T; N]` (`T` an [`ArrayElement`]) | `"[t;N]"` | keys of the elements, in order       | values of the elements, in order | if `T` is a key (same bytes as the key) |
+//! | `Vec<T>` (`T` an [`ArrayElement`]) | `"Vec<t>"` | keys of the elements, in order (below) | values of the elements, in order | if `T` is a key: `01` + key of each element, then `00` |
 //! | `(A, B, …, Z)` (1 to 12)   | `"(a,b,…,z)"`  | part of `A`, part of `B`, …, then key of `Z`   | see below                      | if all elements are |
 //!
 //! **Escaped byte strings.** As a key part, a `String` or `Vec<u8>` is
@@ -51,6 +53,26 @@
 //! table written as `(String, u64)` can be read as `(Cow<str>, u64)` and the
 //! other way round.
 //!
+//! **Vectors and arrays.** `Vec<T>` and `[T; N]` hold any [`ArrayElement`]:
+//! a [`FixedWidth`] type other than `u8` (the other integers, `bool`,
+//! `char`, `f32`, `f64`, `()`, `[u8; M]`, `&[u8; M]`, arrays of these, and
+//! tuples of fixed-width types, `u8` included). `Vec<u8>` and `[u8; N]` keep
+//! their raw encodings above; leaving `u8` out of [`ArrayElement`] is what
+//! keeps the two sets of impls apart. They are keys and key parts when `T`
+//! is a key (so not for floats), ordered like their `Ord`: element by
+//! element, a shorter vector before its extensions. Every element encoding
+//! has the same width, so concatenated element keys compare element by
+//! element, and as a whole key a vector that is a proper prefix of another
+//! is a byte prefix of it and sorts first: no framing is needed
+//! (`Vec<u16>` `[1]` → `00 01` < `[1, 2]` → `00 01 00 02`). A key *part*
+//! must also show where it ends and sort before its extensions whatever
+//! follows it, so each element is preceded by `01` and the part ends with
+//! `00` (`[1]` → `01 00 01 00`, `[]` → `00`): where one vector ends and the
+//! other goes on, `00` < `01`. An array needs neither, its length being
+//! part of its type. In a `Vec`, an element of width zero (`()`) is written
+//! as one `01` byte so the length survives, and decoding work stays
+//! proportional to the bytes read.
+//!
 //! **Tuple values.** Elements are written in order. An element with a fixed
 //! width is written raw; a variable-width element is prefixed with its
 //! length as a `u32` little-endian, except the last element, which runs to
@@ -63,12 +85,12 @@
 //!
 //! A non-final key part must be *self-delimiting* (the decoder must find
 //! where it ends) and must keep byte order with whatever follows it. A
-//! length prefix, which is how a length-prefixed format like redb's keeps
-//! parts apart, is self-delimiting but does not keep byte order: `"b"` →
-//! `01 62` sorts before `"ab"` → `02 61 62`, while `"ab" < "b"`. redb can
-//! afford it because its B-tree calls a comparison function of the key type;
-//! this B+tree compares bytes only (memcmp), so prefixes, separators and
-//! cursors need no type information. Under byte comparison, a part must end
+//! length prefix is self-delimiting but does not keep byte order: `"b"` →
+//! `01 62` sorts before `"ab"` → `02 61 62`, while `"ab" < "b"`. A store
+//! that compares keys through the key type's comparison function (as redb
+//! does) can use length prefixes; this B+tree compares bytes only (memcmp),
+//! so separators and cursors need no type information (see "Custom
+//! orderings" below). Under byte comparison, a part must end
 //! in a byte sequence that sorts below every continuation, so that sequence
 //! cannot also appear as content: content that contains it has to be
 //! rewritten (escaped), and an escaped string is not the stored bytes. So no
@@ -146,14 +168,16 @@
 //! # Implementing the traits for your own types
 //!
 //! Implement [`Value`], and [`Key`] if the type is used as a key (plus
-//! [`KeyPart`] if it stands in a non-final tuple position). The easiest
+//! [`KeyPart`] if it stands in a non-final tuple position, and the markers
+//! [`FixedWidth`] and [`ArrayElement`] if all its encodings have one width
+//! and it should fill `Vec`s and arrays). The easiest
 //! route is to delegate to a built-in type. `type_name` is stored in the
 //! table catalog and compared when a table is reopened, so make it unique
 //! and never change it. The decode methods must repeat the trait's
 //! `where Self: 'a` bound, even for types that borrow nothing.
 //!
 //! ```
-//! use sheafdb::table::types::{Key, KeyPart, TableDefinition, Value};
+//! use sheafdb::table::types::{ArrayElement, FixedWidth, Key, KeyPart, TableDefinition, Value};
 //! use sheafdb::Result;
 //!
 //! #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -203,8 +227,15 @@
 //!     }
 //! }
 //!
+//! // Every encoding of a UserId is 4 bytes, so it can fill vectors and
+//! // arrays (as a value, key and key part).
+//! impl FixedWidth for UserId {}
+//! impl ArrayElement for UserId {}
+//!
 //! const POSTS: TableDefinition<(UserId, u64), &str> = TableDefinition::new("posts");
+//! const FOLLOWERS: TableDefinition<UserId, Vec<UserId>> = TableDefinition::new("followers");
 //! assert_eq!(POSTS.name(), "posts");
+//! assert_eq!(FOLLOWERS.value_type_name(), "Vec<myapp::UserId>");
 //! ```
 
 use std::borrow::Cow;
@@ -1179,6 +1210,282 @@ impl<T: KeyPart> KeyPart for Option<T> {
 }
 
 // ---------------------------------------------------------------------------
+// Fixed-width element types: Vec<T>, [T; N]
+// ---------------------------------------------------------------------------
+
+/// A type whose encodings all have one width: [`Value::fixed_width`] is
+/// `Some(w)`, every value encoding is `w` bytes and, if the type is a
+/// [`Key`], so is every key encoding and every key-part encoding.
+///
+/// Implemented for the integers, `bool`, `char`, `f32`, `f64`, `()`,
+/// `[u8; N]`, `&[u8; N]`, `[T; N]` of an [`ArrayElement`], and tuples of
+/// fixed-width types. Implement it for your own type when the above holds
+/// (for example one that delegates to a built-in fixed-width type); a type
+/// that breaks the promise decodes as [`Error::Corrupted`], never as a
+/// panic.
+pub trait FixedWidth: Value {}
+
+/// A [`FixedWidth`] type that `Vec<T>` and `[T; N]` hold: every fixed-width
+/// type except `u8`, whose `Vec<u8>` and `[u8; N]` have their own (raw
+/// byte) encodings.
+///
+/// If `T` is also a [`Key`] whose key encoding preserves order, `Vec<T>` and
+/// `[T; N]` are keys and key parts ordered like their `Ord`: by element,
+/// a shorter vector before its extensions.
+pub trait ArrayElement: FixedWidth {}
+
+macro_rules! impl_fixed_width {
+    ($($t:ty),* $(,)?) => {$(
+        impl FixedWidth for $t {}
+        impl ArrayElement for $t {}
+    )*};
+}
+
+impl FixedWidth for u8 {}
+impl_fixed_width!(
+    u16,
+    u32,
+    u64,
+    u128,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    bool,
+    char,
+    f32,
+    f64,
+    ()
+);
+
+impl<const N: usize> FixedWidth for [u8; N] {}
+impl<const N: usize> ArrayElement for [u8; N] {}
+impl<const N: usize> FixedWidth for &[u8; N] {}
+impl<const N: usize> ArrayElement for &[u8; N] {}
+
+/// The marker byte that stands for each element of zero width (`()`) in a
+/// `Vec`, and before each element in a `Vec` key part.
+const ELEMENT: u8 = 0x01;
+/// The end of a `Vec` key part.
+const END: u8 = 0x00;
+
+/// The width of an array element, which [`FixedWidth`] promises.
+fn element_width<T: Value>(ctx: Ctx) -> Result<usize> {
+    T::fixed_width().ok_or_else(|| {
+        ctx.err(format!(
+            "{} is an array element without a fixed width",
+            T::type_name()
+        ))
+    })
+}
+
+/// Writes the elements of a `Vec<T>` whole (a value, or a key that runs to
+/// the end): each element's encoding, or the [`ELEMENT`] byte for an
+/// element of zero width.
+fn encode_elements<'x, T: Value + 'x>(
+    items: &[T::SelfType<'x>],
+    out: &mut Vec<u8>,
+    encode: impl Fn(&T::SelfType<'x>, &mut Vec<u8>),
+) {
+    let zero_width = T::fixed_width() == Some(0);
+    for item in items {
+        if zero_width {
+            out.push(ELEMENT);
+        }
+        encode(item, out);
+    }
+}
+
+/// Reverses [`encode_elements`]: `bytes` must be whole elements.
+fn decode_elements<'a, T: Value + 'a>(
+    bytes: &'a [u8],
+    ctx: Ctx,
+    decode: impl Fn(&'a [u8]) -> Result<T::SelfType<'a>>,
+) -> Result<Vec<T::SelfType<'a>>> {
+    match element_width::<T>(ctx)? {
+        0 => bytes
+            .iter()
+            .map(|&b| match b {
+                ELEMENT => decode(&[]),
+                b => Err(ctx.err(format!(
+                    "zero-width element marker must be 01, found {b:#04x}"
+                ))),
+            })
+            .collect(),
+        width if bytes.len().is_multiple_of(width) => {
+            bytes.chunks_exact(width).map(decode).collect()
+        }
+        width => Err(ctx.err(format!(
+            "{} bytes are not whole elements of {width} bytes",
+            bytes.len()
+        ))),
+    }
+}
+
+/// `N` elements of `T` from exactly `N` times its width.
+fn decode_array<'a, T: Value + 'a, const N: usize>(
+    bytes: &'a [u8],
+    ctx: Ctx,
+    decode: impl Fn(&'a [u8]) -> Result<T::SelfType<'a>>,
+) -> Result<[T::SelfType<'a>; N]> {
+    let width = element_width::<T>(ctx)?;
+    let expected = width.checked_mul(N);
+    if expected != Some(bytes.len()) {
+        return Err(ctx.err(format!(
+            "[{};{N}] needs {N} elements of {width} bytes, found {} bytes",
+            T::type_name(),
+            bytes.len()
+        )));
+    }
+    let items: Vec<_> = if width == 0 {
+        (0..N).map(|_| decode(&[])).collect::<Result<_>>()?
+    } else {
+        bytes
+            .chunks_exact(width)
+            .map(decode)
+            .collect::<Result<_>>()?
+    };
+    <[T::SelfType<'a>; N]>::try_from(items).map_err(|_| ctx.err("array length"))
+}
+
+impl<T: ArrayElement> Value for Vec<T> {
+    type SelfType<'a>
+        = Vec<T::SelfType<'a>>
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+    fn encode_value(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        encode_elements::<T>(value, out, T::encode_value);
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_elements::<T>(bytes, Ctx::Value, T::decode_value)
+    }
+    fn type_name() -> String {
+        format!("Vec<{}>", T::type_name())
+    }
+}
+
+impl<T: ArrayElement + Key> Key for Vec<T> {
+    fn encode_key(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        encode_elements::<T>(value, out, T::encode_key);
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_elements::<T>(bytes, Ctx::Key, T::decode_key)
+    }
+}
+
+impl<T: ArrayElement + Key> KeyPart for Vec<T> {
+    fn encode_key_part(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        for item in value {
+            out.push(ELEMENT);
+            T::encode_key(item, out);
+        }
+        out.push(END);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Self::SelfType<'a>, usize)>
+    where
+        Self: 'a,
+    {
+        let width = element_width::<T>(Ctx::Key)?;
+        let mut items = Vec::new();
+        let mut rest = bytes;
+        loop {
+            match rest.split_first() {
+                Some((&END, _)) => return Ok((items, bytes.len() - rest.len() + 1)),
+                Some((&ELEMENT, after)) => {
+                    let Some((item, after)) = after.split_at_checked(width) else {
+                        return Err(Ctx::Key.err(format!(
+                            "Vec key part element needs {width} bytes, found {}",
+                            after.len()
+                        )));
+                    };
+                    items.push(T::decode_key(item)?);
+                    rest = after;
+                }
+                Some((b, _)) => {
+                    return Err(Ctx::Key.err(format!(
+                        "Vec key part marker must be 00 or 01, found {b:#04x}"
+                    )))
+                }
+                None => return Err(Ctx::Key.err("unterminated Vec key part")),
+            }
+        }
+    }
+}
+
+impl<T: ArrayElement, const N: usize> Value for [T; N] {
+    type SelfType<'a>
+        = [T::SelfType<'a>; N]
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        T::fixed_width()?.checked_mul(N)
+    }
+    fn encode_value(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        for item in value {
+            T::encode_value(item, out);
+        }
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_array::<T, N>(bytes, Ctx::Value, T::decode_value)
+    }
+    fn type_name() -> String {
+        format!("[{};{N}]", T::type_name())
+    }
+}
+
+impl<T: ArrayElement + Key, const N: usize> Key for [T; N] {
+    fn encode_key(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        for item in value {
+            T::encode_key(item, out);
+        }
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_array::<T, N>(bytes, Ctx::Key, T::decode_key)
+    }
+}
+
+impl<T: ArrayElement + Key, const N: usize> KeyPart for [T; N] {
+    fn encode_key_part(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        Self::encode_key(value, out);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Self::SelfType<'a>, usize)>
+    where
+        Self: 'a,
+    {
+        let len = Self::fixed_width().ok_or_else(|| Ctx::Key.err("array width overflows usize"))?;
+        let Some(head) = bytes.get(..len) else {
+            return Err(Ctx::Key.err(format!(
+                "{} key part needs {len} bytes, found {}",
+                Self::type_name(),
+                bytes.len()
+            )));
+        };
+        Ok((Self::decode_key(head)?, len))
+    }
+}
+
+impl<T: ArrayElement, const N: usize> FixedWidth for [T; N] {}
+impl<T: ArrayElement, const N: usize> ArrayElement for [T; N] {}
+
+// ---------------------------------------------------------------------------
 // Tuples
 // ---------------------------------------------------------------------------
 
@@ -1274,6 +1581,9 @@ macro_rules! impl_tuple {
                 tuple_type_name(&[$($init::type_name(),)* $last::type_name()])
             }
         }
+
+        impl<$($init: FixedWidth,)* $last: FixedWidth> FixedWidth for ($($init,)* $last,) {}
+        impl<$($init: FixedWidth,)* $last: FixedWidth> ArrayElement for ($($init,)* $last,) {}
 
         impl<$($init: KeyPart,)* $last: Key> Key for ($($init,)* $last,) {
             fn encode_key(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
@@ -1460,6 +1770,104 @@ mod tests {
                 }
             }
         )*};
+    }
+
+    /// Value-only types (floats inside): the value encoding round trips
+    /// (re-encoding the decoded value gives the same bytes, which for these
+    /// bit-exact encodings means the same bits, NaNs included), has the
+    /// fixed width, and truncations do not panic.
+    macro_rules! value_props {
+        ($($name:ident: $t:ty = $strat:expr;)*) => {$(
+            proptest! {
+                #[test]
+                fn $name(a in $strat) {
+                    let va = encode_value_to_vec::<$t>(&a);
+                    let back = <$t as Value>::decode_value(&va).unwrap();
+                    prop_assert_eq!(encode_value_to_vec::<$t>(&back), va.clone());
+                    if let Some(width) = <$t as Value>::fixed_width() {
+                        prop_assert_eq!(va.len(), width);
+                    }
+                    for n in 0..va.len() {
+                        fuzz_value::<$t>(&va[..n]);
+                    }
+                }
+            }
+        )*};
+    }
+
+    /// Small element ranges so equal elements and prefixes come up often.
+    fn short_vec<S: Strategy>(element: S) -> impl Strategy<Value = Vec<S::Value>> {
+        vec(element, 0..5)
+    }
+
+    /// `&'static [u8; 2]` elements for borrowed arrays.
+    fn static_pair() -> impl Strategy<Value = &'static [u8; 2]> {
+        proptest::sample::select(&[&[0u8, 0], &[0, 1], &[1, 0], &[0xFF, 0xFF]][..])
+    }
+
+    key_props! {
+        key_vec_u32: Vec<u32> = short_vec(0u32..3);
+        key_vec_u32_any: Vec<u32> = short_vec(any::<u32>());
+        key_vec_u8_pairs: Vec<[u8; 2]> = short_vec(any::<[u8; 2]>());
+        key_vec_i16: Vec<i16> = short_vec(-2i16..2);
+        key_vec_i128: Vec<i128> = short_vec(any::<i128>());
+        key_vec_u128: Vec<u128> = short_vec(0u128..2);
+        key_vec_bool: Vec<bool> = short_vec(any::<bool>());
+        key_vec_char: Vec<char> = short_vec(prop_oneof![Just('a'), any::<char>()]);
+        key_vec_unit: Vec<()> = short_vec(Just(()));
+        key_vec_tuple: Vec<(u8, i32)> = short_vec((0u8..2, -1i32..1));
+        key_vec_unit_tuple: Vec<((), u8)> = short_vec((Just(()), 0u8..2));
+        key_vec_arrays: Vec<[u16; 2]> = short_vec(any::<[u16; 2]>());
+        key_vec_borrowed_arrays: Vec<&'static [u8; 2]> = short_vec(static_pair());
+        key_array_u32: [u32; 3] = any::<[u32; 3]>();
+        key_array_i8: [i8; 4] = any::<[i8; 4]>();
+        key_array_bool: [bool; 2] = any::<[bool; 2]>();
+        key_array_char: [char; 2] = any::<[char; 2]>();
+        key_array_unit: [(); 3] = Just([(); 3]);
+        key_array_empty: [u64; 0] = Just([]);
+        key_array_nested: [[u8; 2]; 2] = any::<[[u8; 2]; 2]>();
+        key_array_of_arrays: [[i16; 2]; 2] = any::<[[i16; 2]; 2]>();
+        key_array_tuples: [(u8, char); 2] = any::<[(u8, char); 2]>();
+        key_vec_first: (Vec<u32>, u8) = (short_vec(0u32..3), 0u8..2);
+        key_vec_middle: (u8, Vec<u32>, u8) = (0u8..2, short_vec(0u32..3), 0u8..2);
+        key_vec_last: (u8, Vec<u32>) = (0u8..2, short_vec(0u32..3));
+        key_vecs_and_arrays: (Vec<()>, Vec<u16>, [i8; 2], Vec<bool>) =
+            (short_vec(Just(())), short_vec(0u16..2), any::<[i8; 2]>(), short_vec(any::<bool>()));
+        key_array_in_tuple: ([u16; 2], String, [u16; 2]) =
+            (any::<[u16; 2]>(), string(), any::<[u16; 2]>());
+        key_option_vec: (Option<Vec<u32>>, u8) =
+            (proptest::option::of(short_vec(0u32..2)), 0u8..2);
+        key_twelve_new_types: (Vec<u8>, Vec<u16>, [u32; 2], Cow<'static, str>, Vec<()>, u8,
+                               Cow<'static, [u8]>, Vec<(u8, bool)>, [char; 1], i8, Vec<i64>, &'static str) =
+            (bytes(), short_vec(0u16..2), any::<[u32; 2]>(), string().prop_map(Cow::Owned),
+             short_vec(Just(())), 0u8..2, bytes().prop_map(Cow::Owned),
+             short_vec((0u8..2, any::<bool>())), any::<[char; 1]>(), -1i8..1,
+             short_vec(-1i64..1), static_str());
+    }
+
+    part_props! {
+        part_vec_u32: Vec<u32> = short_vec(0u32..3);
+        part_vec_unit: Vec<()> = short_vec(Just(()));
+        part_vec_tuple: Vec<(u8, char)> = short_vec((0u8..2, Just('a')));
+        part_vec_arrays: Vec<[u8; 2]> = short_vec(any::<[u8; 2]>());
+        part_array_u16: [u16; 2] = any::<[u16; 2]>();
+        part_array_unit: [(); 2] = Just([(); 2]);
+        part_array_nested: [[u8; 2]; 2] = any::<[[u8; 2]; 2]>();
+        part_vec_pair: (Vec<i16>, Vec<i16>) = (short_vec(-1i16..1), short_vec(-1i16..1));
+    }
+
+    value_props! {
+        value_vec_f64: Vec<f64> = short_vec(any::<f64>());
+        value_vec_f32: Vec<f32> = short_vec(any::<f32>());
+        value_array_f64: [f64; 2] = any::<[f64; 2]>();
+        value_vec_float_tuples: Vec<(f32, u8)> = short_vec(any::<(f32, u8)>());
+        value_vec_float_arrays: Vec<[f64; 2]> = short_vec(any::<[f64; 2]>());
+        value_vecs_in_tuple: (Vec<f32>, String, Vec<u8>, [f64; 1]) =
+            (short_vec(any::<f32>()), string(), bytes(), any::<[f64; 1]>());
+        value_twelve: (f32, f64, Vec<f32>, u8, u8, u8, u8, u8, u8, Vec<(u8, f64)>, [f32; 2], Vec<f64>) =
+            (any::<f32>(), any::<f64>(), short_vec(any::<f32>()), any::<u8>(), any::<u8>(),
+             any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>(),
+             short_vec(any::<(u8, f64)>()), any::<[f32; 2]>(), short_vec(any::<f64>()));
     }
 
     key_props! {
@@ -1657,6 +2065,20 @@ mod tests {
             fuzz_part::<&[u8; 4]>(b);
             fuzz_key::<(Cow<'static, str>, u64, &str)>(b);
             fuzz_key::<&str>(b);
+            fuzz_part::<Vec<u32>>(b);
+            fuzz_part::<Vec<()>>(b);
+            fuzz_part::<Vec<char>>(b);
+            fuzz_part::<Vec<(u8, bool)>>(b);
+            fuzz_part::<Vec<[u8; 2]>>(b);
+            fuzz_part::<Vec<&[u8; 2]>>(b);
+            fuzz_part::<[u16; 2]>(b);
+            fuzz_part::<[(); 2]>(b);
+            fuzz_part::<[[u8; 2]; 2]>(b);
+            fuzz_part::<[char; 2]>(b);
+            fuzz_part::<(Vec<u16>, [bool; 2], Vec<()>)>(b);
+            fuzz_value::<Vec<f64>>(b);
+            fuzz_value::<[f32; 2]>(b);
+            fuzz_value::<(Vec<f32>, u8, Vec<f64>)>(b);
             fuzz_key::<&[u8]>(b);
             fuzz_key::<Option<&str>>(b);
             fuzz_key::<(u64, &str)>(b);
@@ -1765,6 +2187,79 @@ mod tests {
     }
 
     #[test]
+    fn vec_and_array_layouts() {
+        let v: Vec<u16> = vec![1, 0x0203];
+        assert_eq!(encode_value_to_vec::<Vec<u16>>(&v), [1, 0, 3, 2]);
+        assert_eq!(encode_key_to_vec::<Vec<u16>>(&v), [0, 1, 2, 3]);
+        assert_eq!(part_of::<Vec<u16>>(&v), [1, 0, 1, 1, 2, 3, 0]);
+        assert_eq!(part_of::<Vec<u16>>(&vec![]), [0]);
+        assert_eq!(encode_key_to_vec::<Vec<i8>>(&vec![-1, 0]), [0x7F, 0x80]);
+        assert_eq!(encode_value_to_vec::<Vec<()>>(&vec![(); 3]), [1, 1, 1]);
+        assert_eq!(encode_key_to_vec::<Vec<()>>(&vec![(); 2]), [1, 1]);
+        assert_eq!(part_of::<Vec<()>>(&vec![(); 2]), [1, 1, 0]);
+        assert_eq!(encode_key_to_vec::<[u16; 2]>(&[1, 2]), [0, 1, 0, 2]);
+        assert_eq!(encode_value_to_vec::<[u16; 2]>(&[1, 2]), [1, 0, 2, 0]);
+        assert!(encode_key_to_vec::<[(); 4]>(&[(); 4]).is_empty());
+        assert_eq!(
+            encode_value_to_vec::<Vec<(u8, f32)>>(&vec![(7, 1.0)]),
+            [7, 0, 0, 0x80, 0x3F]
+        );
+        // A vector sorts before its extensions, as a whole key and as a part.
+        let mut keys: Vec<(Vec<u16>, u8)> = [vec![], vec![0], vec![0, 0], vec![0, 1], vec![1]]
+            .into_iter()
+            .flat_map(|v| [(v.clone(), 0), (v, 255)])
+            .collect();
+        let mut by_encoding = keys.clone();
+        by_encoding.sort_by_key(encode_key_to_vec::<(Vec<u16>, u8)>);
+        keys.sort();
+        assert_eq!(by_encoding, keys);
+    }
+
+    #[test]
+    fn bad_vec_and_array_bytes_are_corrupted() {
+        let location = |r: Result<()>| match r {
+            Err(Error::Corrupted { location, .. }) => location.to_string(),
+            other => panic!("expected corruption, got {other:?}"),
+        };
+        let value = "value decode";
+        let key = "key decode";
+        assert_eq!(location(<Vec<u32>>::decode_value(&[0; 5]).map(drop)), value);
+        assert_eq!(location(<Vec<u32>>::decode_key(&[0; 3]).map(drop)), key);
+        assert_eq!(location(<Vec<()>>::decode_value(&[1, 2]).map(drop)), value);
+        assert_eq!(location(<Vec<()>>::decode_key(&[0]).map(drop)), key);
+        assert_eq!(location(<Vec<bool>>::decode_key(&[2]).map(drop)), key);
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[1, 0]).map(drop)),
+            key
+        );
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[1, 0, 1]).map(drop)),
+            key
+        );
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[1, 0, 1, 2]).map(drop)),
+            key
+        );
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[2, 0, 0]).map(drop)),
+            key
+        );
+        assert_eq!(location(<Vec<u16>>::decode_key_part(&[]).map(drop)), key);
+        assert_eq!(location(<[u16; 2]>::decode_value(&[0; 3]).map(drop)), value);
+        assert_eq!(
+            location(<[u16; 2]>::decode_key_part(&[0; 3]).map(drop)),
+            key
+        );
+        assert_eq!(location(<[(); 2]>::decode_key(&[0]).map(drop)), key);
+        assert_eq!(
+            location(<[char; 1]>::decode_key(&[0, 0xD8, 0, 0]).map(drop)),
+            key
+        );
+        assert_eq!(location(<&[u8; 2]>::decode_value(&[0; 3]).map(drop)), value);
+        assert_eq!(location(<&[u8; 2]>::decode_key_part(&[0]).map(drop)), key);
+    }
+
+    #[test]
     fn bad_bytes_are_corrupted_with_location() {
         let key_err = |r: Result<()>| match r {
             Err(Error::Corrupted { location, .. }) => location.to_string(),
@@ -1837,6 +2332,13 @@ mod tests {
         assert_eq!(<Vec<u8>>::type_name(), "bytes");
         assert_eq!(<[u8; 16]>::type_name(), "[u8;16]");
         assert_eq!(<&[u8; 16]>::type_name(), "[u8;16]");
+        assert_eq!(<Vec<u32>>::type_name(), "Vec<u32>");
+        assert_eq!(<Vec<[u8; 16]>>::type_name(), "Vec<[u8;16]>");
+        assert_eq!(<Vec<(u8, i32)>>::type_name(), "Vec<(u8,i32)>");
+        assert_eq!(<Vec<()>>::type_name(), "Vec<()>");
+        assert_eq!(<[u32; 3]>::type_name(), "[u32;3]");
+        assert_eq!(<[[u8; 2]; 4]>::type_name(), "[[u8;2];4]");
+        assert_eq!(<[f64; 2]>::type_name(), "[f64;2]");
         assert_eq!(<Cow<'static, str>>::type_name(), "str");
         assert_eq!(<Cow<'static, [u8]>>::type_name(), "bytes");
         assert_eq!(
@@ -1873,6 +2375,13 @@ mod tests {
         assert_eq!(f64::fixed_width(), Some(8));
         assert_eq!(<[u8; 7]>::fixed_width(), Some(7));
         assert_eq!(<&[u8; 7]>::fixed_width(), Some(7));
+        assert_eq!(<[u32; 3]>::fixed_width(), Some(12));
+        assert_eq!(<[[u16; 2]; 3]>::fixed_width(), Some(12));
+        assert_eq!(<[(); 5]>::fixed_width(), Some(0));
+        assert_eq!(<[f64; 0]>::fixed_width(), Some(0));
+        assert_eq!(<Vec<u32>>::fixed_width(), None);
+        assert_eq!(<([u16; 2], u8)>::fixed_width(), Some(5));
+        assert_eq!(<[(u8, char); 2]>::fixed_width(), Some(10));
         assert_eq!(<Cow<'static, str>>::fixed_width(), None);
         assert_eq!(<Cow<'static, [u8]>>::fixed_width(), None);
         assert_eq!(<()>::fixed_width(), Some(0));
