@@ -45,13 +45,14 @@
 //! `"a\0"` → `61 00 FF 00 00` < `"ab"` → `61 62 00 00`), and the decoder
 //! can find the end.
 //!
-//! **Zero-copy decoding.** `&str`, `&[u8]` and `&[u8; N]` decode to
-//! references into the stored bytes (`Cow<str>` and `Cow<[u8]>` to
-//! `Cow::Borrowed`), alone, as the last element of a tuple key, and anywhere
-//! in a tuple value (whose variable-width elements are length-prefixed, see
-//! below). The types that share a type name share every encoding, so a
-//! table written as `(String, u64)` can be read as `(Cow<str>, u64)` and the
-//! other way round.
+//! **Zero-copy decoding.** `&[u8; N]` decodes to a reference into the
+//! stored bytes wherever it stands. So do `&str` and `&[u8]` (and
+//! `Cow<str>` / `Cow<[u8]>`, to `Cow::Borrowed`) alone, as the last element
+//! of a tuple key, and anywhere in a tuple value (whose variable-width
+//! elements are length-prefixed, see below); for other key positions see
+//! "Strings in non-final positions" below. The types that share a type name
+//! share every encoding, so a table written as `(String, u64)` can be read
+//! as `(Cow<str>, u64)` and the other way round.
 //!
 //! **Vectors and arrays.** `Vec<T>` and `[T; N]` hold any [`ArrayElement`]:
 //! a [`FixedWidth`] type other than `u8` (the other integers, `bool`,
@@ -90,23 +91,22 @@
 //! that compares keys through the key type's comparison function (as redb
 //! does) can use length prefixes; this B+tree compares bytes only (memcmp),
 //! so separators and cursors need no type information (see "Custom
-//! orderings" below). Under byte comparison, a part must end
-//! in a byte sequence that sorts below every continuation, so that sequence
-//! cannot also appear as content: content that contains it has to be
-//! rewritten (escaped), and an escaped string is not the stored bytes. So no
-//! encoding both keeps byte order and lets every string part be borrowed
-//! from the page.
+//! orderings" below). Under byte comparison, a variable-length part must
+//! end in a byte sequence that sorts below every continuation, so that
+//! sequence cannot also appear as content: content that contains it has to
+//! be rewritten (escaped), and an escaped string is not the stored bytes.
+//! So no encoding both keeps byte order and lets every string part be
+//! borrowed from the page.
 //!
 //! sheafdb keeps the escaped form (unchanged, so existing tables read back
 //! identically) and offers three decoded types for a non-final string part:
 //!
 //! * `Cow<'static, str>` / `Cow<'static, [u8]>` decode to `Cow::Borrowed`
-//!   (no copy) when the part holds no `00` byte, which is the escaped form
-//!   of a part without `00` (its bytes and then `00 00`), and to
-//!   `Cow::Owned` (an unescaped copy) otherwise. Use these for zero-copy
-//!   reads: `TableDefinition<(Cow<'static, str>, u64, &str), V>`, keys
-//!   written as `(Cow::Borrowed("a"), 7, "b")`; a read key's
-//!   `.0` derefs to `str`.
+//!   (no copy) when the string holds no `00` byte (its escaped form is then
+//!   its own bytes followed by `00 00`), and to `Cow::Owned` (an unescaped
+//!   copy) otherwise. Use these for zero-copy reads:
+//!   `TableDefinition<(Cow<'static, str>, u64, &str), V>`, keys written as
+//!   `(Cow::Borrowed("a"), 7, "b")`; a read key's `.0` derefs to `str`.
 //! * `String` / `Vec<u8>` always copy.
 //! * `&str` / `&[u8]` are not [`KeyPart`]s: their decoded type `&'a str`
 //!   cannot hold the copy a part with a `00` byte needs. A tuple decodes to
@@ -1819,6 +1819,8 @@ mod tests {
         key_vec_unit_tuple: Vec<((), u8)> = short_vec((Just(()), 0u8..2));
         key_vec_arrays: Vec<[u16; 2]> = short_vec(any::<[u16; 2]>());
         key_vec_borrowed_arrays: Vec<&'static [u8; 2]> = short_vec(static_pair());
+        key_borrowed_arrays_in_tuple: (&'static [u8; 2], u8, &'static [u8; 2]) =
+            (static_pair(), 0u8..2, static_pair());
         key_array_u32: [u32; 3] = any::<[u32; 3]>();
         key_array_i8: [i8; 4] = any::<[i8; 4]>();
         key_array_bool: [bool; 2] = any::<[bool; 2]>();
