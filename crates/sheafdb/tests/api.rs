@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +58,211 @@ fn typed_tables_round_trip_and_order() -> Result<()> {
         ]
     );
     assert_eq!(rx.open_table(SIGNED)?.get(-5)?.unwrap().value(), -2.5);
+    Ok(())
+}
+
+type Edge = (Cow<'static, str>, u64, &'static str);
+const EDGES: TableDefinition<Edge, Vec<u32>> = TableDefinition::new("edges");
+type Wide = (
+    u8,
+    i16,
+    u32,
+    u64,
+    bool,
+    char,
+    [u8; 2],
+    Cow<'static, [u8]>,
+    Option<u8>,
+    Vec<u16>,
+    [i32; 2],
+    &'static str,
+);
+const WIDE: TableDefinition<Wide, (f64, Vec<f32>)> = TableDefinition::new("wide");
+const LISTS: TableDefinition<Vec<u32>, [u16; 3]> = TableDefinition::new("lists");
+const IDS: TableDefinition<[u16; 2], &[u8; 4]> = TableDefinition::new("ids");
+
+/// A 12-tuple key made from `i`, with strings, NULs and vectors of
+/// several lengths in non-final positions.
+fn wide_key(i: u32) -> Wide {
+    let bytes: &'static [u8] = [&b""[..], b"\0", b"a", b"a\0b"][i as usize % 4];
+    (
+        (i % 3) as u8,
+        (i % 5) as i16 - 2,
+        i / 7,
+        u64::from(i % 2),
+        i.is_multiple_of(4),
+        ['a', 'z', '\0'][i as usize % 3],
+        [(i % 2) as u8, 0],
+        Cow::Borrowed(bytes),
+        (!i.is_multiple_of(3)).then_some((i % 2) as u8),
+        (0..(i % 4) as u16).collect(),
+        [i as i32 - 10, -(i as i32)],
+        ["", "x", "y\0"][i as usize % 3],
+    )
+}
+
+#[test]
+fn new_key_and_value_types_read_back_in_order_after_reopen() -> Result<()> {
+    let vfs = MemVfs::new();
+    let froms = ["b", "a", "a\0", "", "ab", "a\0b"];
+    let mut edges = Vec::new();
+    for (i, from) in froms.iter().enumerate() {
+        for n in [2u64, 0, 1] {
+            for to in ["y", "x", "x\0", ""] {
+                let value: Vec<u32> = (0..i as u32 + n as u32).map(|x| x * 1000).collect();
+                edges.push(((*from, n, to), value));
+            }
+        }
+    }
+    let lists: Vec<Vec<u32>> = vec![
+        vec![1, 0],
+        vec![],
+        vec![0, 1],
+        vec![u32::MAX],
+        vec![0],
+        vec![1],
+        vec![0, 0],
+        vec![0, 0, 0],
+    ];
+    {
+        let db = Database::builder().create_with_vfs(Arc::new(vfs.clone()), "types.sheaf")?;
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(EDGES)?;
+            for ((from, n, to), value) in &edges {
+                t.insert((Cow::Borrowed(*from), *n, *to), value)?;
+            }
+            let mut t = tx.open_table(WIDE)?;
+            for i in (0..120).rev() {
+                t.insert(
+                    wide_key(i),
+                    (f64::from(i) / 4.0, vec![i as f32; i as usize % 3]),
+                )?;
+            }
+            let mut t = tx.open_table(LISTS)?;
+            for (i, list) in lists.iter().enumerate() {
+                t.insert(list, [i as u16, 0, u16::MAX])?;
+            }
+            let mut t = tx.open_table(IDS)?;
+            for i in 0..20u16 {
+                let id = [u8::try_from(i).unwrap(), 1, 2, 3];
+                t.insert([i % 4, 19 - i], &id)?;
+            }
+        }
+        tx.commit()?;
+    }
+
+    let db = Database::builder().open_with_vfs(Arc::new(vfs), "types.sheaf")?;
+    let rx = db.begin_read()?;
+
+    // (Cow<str>, u64, &str) keys: order, borrowing, values.
+    edges.sort();
+    let t = rx.open_table(EDGES)?;
+    let mut read = Vec::new();
+    for entry in t.iter()? {
+        let (k, v) = entry?;
+        let (from, n, to) = k.value();
+        assert_eq!(matches!(from, Cow::Borrowed(_)), !from.contains('\0'));
+        read.push(((from.into_owned(), n, to.to_string()), v.value()));
+    }
+    let expected: Vec<_> = edges
+        .iter()
+        .map(|((f, n, t), v)| ((f.to_string(), *n, t.to_string()), v.clone()))
+        .collect();
+    assert_eq!(read, expected);
+    // Every edge from "a": from ("a", 0, "") up to ("a\0", 0, ""), both ways.
+    let lo: Edge = (Cow::Borrowed("a"), 0, "");
+    let hi: Edge = (Cow::Borrowed("a\0"), 0, "");
+    let from_a: Vec<(u64, String)> = t
+        .range(lo..hi)?
+        .map(|e| e.map(|(k, _)| (k.value().1, k.value().2.to_string())))
+        .collect::<Result<_>>()?;
+    let expected_a: Vec<(u64, String)> = edges
+        .iter()
+        .filter(|((f, _, _), _)| *f == "a")
+        .map(|((_, n, t), _)| (*n, t.to_string()))
+        .collect();
+    assert_eq!(from_a.len(), 12);
+    assert_eq!(from_a, expected_a);
+    let back: Vec<(u64, String)> = t
+        .range((Cow::Borrowed("a"), 0, "")..(Cow::Borrowed("a\0"), 0, ""))?
+        .rev()
+        .map(|e| e.map(|(k, _)| (k.value().1, k.value().2.to_string())))
+        .collect::<Result<_>>()?;
+    assert_eq!(back, expected_a.iter().rev().cloned().collect::<Vec<_>>());
+    let key: Edge = (Cow::Borrowed("a\0b"), 2, "x\0");
+    let expected_value: Vec<u32> = (0..7).map(|x| x * 1000).collect();
+    assert_eq!(t.get(&key)?.unwrap().value(), expected_value);
+
+    // The same table read as (String, u64, &str): same bytes, same type name.
+    let owned: TableDefinition<(String, u64, &str), Vec<u32>> = TableDefinition::new("edges");
+    let t2 = rx.open_table(owned)?;
+    assert_eq!(t2.len()?, edges.len() as u64);
+    assert_eq!(
+        t2.get(("a\0".to_string(), 1, "y"))?.unwrap().value(),
+        vec![0, 1000, 2000]
+    );
+
+    // The 12-tuple keys, whole and in a range, in tuple order.
+    let mut wide: Vec<(Wide, u32)> = (0..120).map(|i| (wide_key(i), i)).collect();
+    wide.sort();
+    let t = rx.open_table(WIDE)?;
+    assert_eq!(t.len()?, 120);
+    let mut n = 0;
+    for (entry, (key, i)) in t.iter()?.zip(&wide) {
+        let (k, v) = entry?;
+        assert_eq!(k.value(), key.clone());
+        assert_eq!(
+            v.value(),
+            (f64::from(*i) / 4.0, vec![*i as f32; *i as usize % 3])
+        );
+        n += 1;
+    }
+    assert_eq!(n, 120);
+    let mut n = 0;
+    let range = t.range(wide[30].0.clone()..wide[90].0.clone())?.rev();
+    for (entry, (key, _)) in range.zip(wide[30..90].iter().rev()) {
+        assert_eq!(entry?.0.value(), key.clone());
+        n += 1;
+    }
+    assert_eq!(n, 60);
+
+    // Vec<u32> keys: by element, a vector before its extensions.
+    let mut sorted = lists.clone();
+    sorted.sort();
+    let t = rx.open_table(LISTS)?;
+    let keys: Vec<Vec<u32>> = t
+        .iter()?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_>>()?;
+    assert_eq!(keys, sorted);
+    let zeros: Vec<Vec<u32>> = t
+        .range(vec![0]..vec![1])?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_>>()?;
+    assert_eq!(zeros, vec![vec![0], vec![0, 0], vec![0, 0, 0], vec![0, 1]]);
+    assert_eq!(t.get(vec![1, 0])?.unwrap().value(), [0, 0, u16::MAX]);
+
+    // [u16; 2] keys, &[u8; 4] values borrowed from the page.
+    let t = rx.open_table(IDS)?;
+    let ids: Vec<([u16; 2], [u8; 4])> = t
+        .range([1, 0]..[2, 0])?
+        .map(|e| e.map(|(k, v)| (k.value(), *v.value())))
+        .collect::<Result<_>>()?;
+    assert_eq!(
+        ids,
+        vec![
+            ([1, 2], [17, 1, 2, 3]),
+            ([1, 6], [13, 1, 2, 3]),
+            ([1, 10], [9, 1, 2, 3]),
+            ([1, 14], [5, 1, 2, 3]),
+            ([1, 18], [1, 1, 2, 3])
+        ]
+    );
+    let guard = t.get([3, 0])?.unwrap();
+    let id: &[u8; 4] = guard.value();
+    assert_eq!(id, &[19, 1, 2, 3]);
+    assert_eq!(id.as_ptr(), guard.raw_bytes().as_ptr());
     Ok(())
 }
 

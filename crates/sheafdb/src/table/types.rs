@@ -28,22 +28,51 @@
 //! | `i8` … `i128`              | `"i64"`, …     | big-endian, sign bit flipped                   | little-endian                  | yes     |
 //! | `bool`                     | `"bool"`       | one byte, `0` or `1`                           | same as key                    | yes     |
 //! | `char`                     | `"char"`       | scalar value as `u32` big-endian               | `u32` little-endian            | yes     |
-//! | `&str`, `String`           | `"str"`        | raw UTF-8                                      | raw UTF-8                      | `String` only, escaped (below) |
-//! | `&[u8]`, `Vec<u8>`         | `"bytes"`      | raw bytes                                      | raw bytes                      | `Vec<u8>` only, escaped (below) |
-//! | `[u8; N]`                  | `"[u8;N]"`     | raw `N` bytes                                  | raw `N` bytes                  | yes     |
+//! | `&str`, `String`, `Cow<str>` | `"str"`      | raw UTF-8                                      | raw UTF-8                      | `String`, `Cow<str>`: escaped (below) |
+//! | `&[u8]`, `Vec<u8>`, `Cow<[u8]>` | `"bytes"` | raw bytes                                      | raw bytes                      | `Vec<u8>`, `Cow<[u8]>`: escaped (below) |
+//! | `[u8; N]`, `&[u8; N]`      | `"[u8;N]"`     | raw `N` bytes                                  | raw `N` bytes                  | yes     |
 //! | `()`                       | `"()"`         | empty                                          | empty                          | yes     |
 //! | `Option<T>`                | `"Option<T>"`  | `00` for `None`, `01` + key of `T` for `Some`  | `00` / `01` + value of `T`     | if `T` is (`01` + part of `T`) |
 //! | `f32`, `f64`               | `"f32"`, `"f64"` | — (not a key)                                | bits little-endian             | no      |
-//! | `(A, B, …, Z)` (1 to 8)    | `"(a,b,…,z)"`  | part of `A`, part of `B`, …, then key of `Z`   | see below                      | if all elements are |
+//! | `[T; N]` (`T` an [`ArrayElement`]) | `"[t;N]"` | keys of the elements, in order       | values of the elements, in order | if `T` is a key (same bytes as the key) |
+//! | `Vec<T>` (`T` an [`ArrayElement`]) | `"Vec<t>"` | keys of the elements, in order (below) | values of the elements, in order | if `T` is a key: `01` + key of each element, then `00` |
+//! | `(A, B, …, Z)` (1 to 12)   | `"(a,b,…,z)"`  | part of `A`, part of `B`, …, then key of `Z`   | see below                      | if all elements are |
 //!
 //! **Escaped byte strings.** As a key part, a `String` or `Vec<u8>` is
 //! written with every `00` byte replaced by `00 FF`, followed by the
 //! terminator `00 00`. The terminator sorts below every escaped byte, so a
 //! string sorts before its extensions (`"a"` → `61 00 00` <
 //! `"a\0"` → `61 00 FF 00 00` < `"ab"` → `61 62 00 00`), and the decoder
-//! can find the end. `&str` and `&[u8]` cannot be key parts because they
-//! decode without copying, which an escaped form does not allow; use
-//! `String` / `Vec<u8>` in non-final tuple positions.
+//! can find the end.
+//!
+//! **Zero-copy decoding.** `&[u8; N]` decodes to a reference into the
+//! stored bytes wherever it stands. So do `&str` and `&[u8]` (and
+//! `Cow<str>` / `Cow<[u8]>`, to `Cow::Borrowed`) alone, as the last element
+//! of a tuple key, and anywhere in a tuple value (whose variable-width
+//! elements are length-prefixed, see below); for other key positions see
+//! "Strings in non-final positions" below. The types that share a type name
+//! share every encoding, so a table written as `(String, u64)` can be read
+//! as `(Cow<str>, u64)` and the other way round.
+//!
+//! **Vectors and arrays.** `Vec<T>` and `[T; N]` hold any [`ArrayElement`]:
+//! a [`FixedWidth`] type other than `u8` (the other integers, `bool`,
+//! `char`, `f32`, `f64`, `()`, `[u8; M]`, `&[u8; M]`, arrays of these, and
+//! tuples of fixed-width types, `u8` included). `Vec<u8>` and `[u8; N]` keep
+//! their raw encodings above; leaving `u8` out of [`ArrayElement`] is what
+//! keeps the two sets of impls apart. They are keys and key parts when `T`
+//! is a key (so not for floats), ordered like their `Ord`: element by
+//! element, a shorter vector before its extensions. Every element encoding
+//! has the same width, so concatenated element keys compare element by
+//! element, and as a whole key a vector that is a proper prefix of another
+//! is a byte prefix of it and sorts first: no framing is needed
+//! (`Vec<u16>` `[1]` → `00 01` < `[1, 2]` → `00 01 00 02`). A key *part*
+//! must also show where it ends and sort before its extensions whatever
+//! follows it, so each element is preceded by `01` and the part ends with
+//! `00` (`[1]` → `01 00 01 00`, `[]` → `00`): where one vector ends and the
+//! other goes on, `00` < `01`. An array needs neither, its length being
+//! part of its type. In a `Vec`, an element of width zero (`()`) is written
+//! as one `01` byte so the length survives, and decoding work stays
+//! proportional to the bytes read.
 //!
 //! **Tuple values.** Elements are written in order. An element with a fixed
 //! width is written raw; a variable-width element is prefixed with its
@@ -53,17 +82,102 @@
 //! A 1-tuple has the same encodings as its element, but its own type name
 //! (`"(u64,)"`).
 //!
+//! # Strings in non-final positions of a tuple key
+//!
+//! A non-final key part must be *self-delimiting* (the decoder must find
+//! where it ends) and must keep byte order with whatever follows it. A
+//! length prefix is self-delimiting but does not keep byte order: `"b"` →
+//! `01 62` sorts before `"ab"` → `02 61 62`, while `"ab" < "b"`. A store
+//! that compares keys through the key type's comparison function (as redb
+//! does) can use length prefixes; this B+tree compares bytes only (memcmp),
+//! so separators and cursors need no type information (see "Custom
+//! orderings" below). Under byte comparison, a variable-length part must
+//! end in a byte sequence that sorts below every continuation, so that
+//! sequence cannot also appear as content: content that contains it has to
+//! be rewritten (escaped), and an escaped string is not the stored bytes.
+//! So no encoding both keeps byte order and lets every string part be
+//! borrowed from the page.
+//!
+//! sheafdb keeps the escaped form (unchanged, so existing tables read back
+//! identically) and offers three decoded types for a non-final string part:
+//!
+//! * `Cow<'static, str>` / `Cow<'static, [u8]>` decode to `Cow::Borrowed`
+//!   (no copy) when the string holds no `00` byte (its escaped form is then
+//!   its own bytes followed by `00 00`), and to `Cow::Owned` (an unescaped
+//!   copy) otherwise. Use these for zero-copy reads:
+//!   `TableDefinition<(Cow<'static, str>, u64, &str), V>`, keys written as
+//!   `(Cow::Borrowed("a"), 7, "b")`; a read key's `.0` derefs to `str`.
+//! * `String` / `Vec<u8>` always copy.
+//! * `&str` / `&[u8]` are not [`KeyPart`]s: their decoded type `&'a str`
+//!   cannot hold the copy a part with a `00` byte needs. A tuple decodes to
+//!   the tuple of its elements' `SelfType`s, in keys and values alike, and
+//!   without specialization or associated type defaults in stable Rust,
+//!   giving `&str` another decoded type in non-final key positions would mean
+//!   a new required item in every [`Value`] impl and a changed decoded type
+//!   for existing tuple values such as `(&str, u64)`. Spelling the
+//!   borrowed-or-owned type in the table definition costs nothing at run
+//!   time; using `&str` there is a compile error that points here.
+//!
+//! All three write the same bytes and have the same type name (`"str"` /
+//! `"bytes"`), so a table can switch between them. The trade-off of the
+//! escaped form: a part costs two bytes more than its content (plus one per
+//! `00` byte), and reading a part that holds a `00` byte allocates.
+//!
+//! ```
+//! use std::borrow::Cow;
+//! use sheafdb::table::types::{Key, TableDefinition};
+//!
+//! type Edge = (Cow<'static, str>, u64, &'static str);
+//! const EDGES: TableDefinition<Edge, u32> = TableDefinition::new("edges");
+//! assert_eq!(EDGES.key_type_name(), "(str,u64,str)"); // as (String, u64, &str)
+//!
+//! let mut bytes = Vec::new();
+//! Edge::encode_key(&(Cow::Borrowed("from"), 7, "to"), &mut bytes);
+//! let (from, n, to) = Edge::decode_key(&bytes)?;
+//! assert!(matches!(from, Cow::Borrowed("from")));
+//! assert_eq!((n, to), (7, "to"));
+//! # Ok::<(), sheafdb::Error>(())
+//! ```
+//!
+//! ```compile_fail
+//! # use sheafdb::table::types::TableDefinition;
+//! // error: `&str` is not a `KeyPart` (use `Cow<'static, str>` there)
+//! const EDGES: TableDefinition<(&str, u64, &str), u32> = TableDefinition::new("edges");
+//! ```
+//!
+//! # Custom orderings
+//!
+//! redb lets a key type supply its own comparison function. That does not
+//! fit this design: the B+tree, the write buffer's ordered map, the merged
+//! view and the key-prefix separators in branch pages all compare encoded
+//! keys as bytes, without knowing the key type (so branch separators can be
+//! the shortest byte strings between two pages, and the buffer and WAL
+//! replay work on bytes alone). A
+//! comparator would have to be threaded through all of them and stored with
+//! the table, and a separator shortened by bytes would no longer be a valid
+//! bound under it.
+//!
+//! To order keys another way, encode them into bytes whose byte order *is*
+//! that order, in [`Key::encode_key`] (and [`KeyPart::encode_key_part`]):
+//! for a descending `u64`, write `!x` big-endian; for case-insensitive text,
+//! write the folded string (then a tie-breaker, such as the original, if
+//! distinct keys may fold alike); for a field-wise order, write the fields
+//! as a tuple's parts. The property tests in this module check exactly
+//! `a.cmp(&b) == encode(a).cmp(&encode(b))`; do the same for your type.
+//!
 //! # Implementing the traits for your own types
 //!
 //! Implement [`Value`], and [`Key`] if the type is used as a key (plus
-//! [`KeyPart`] if it stands in a non-final tuple position). The easiest
+//! [`KeyPart`] if it stands in a non-final tuple position, and the markers
+//! [`FixedWidth`] and [`ArrayElement`] if all its encodings have one width
+//! and it should fill `Vec`s and arrays). The easiest
 //! route is to delegate to a built-in type. `type_name` is stored in the
 //! table catalog and compared when a table is reopened, so make it unique
 //! and never change it. The decode methods must repeat the trait's
 //! `where Self: 'a` bound, even for types that borrow nothing.
 //!
 //! ```
-//! use sheafdb::table::types::{Key, KeyPart, TableDefinition, Value};
+//! use sheafdb::table::types::{ArrayElement, FixedWidth, Key, KeyPart, TableDefinition, Value};
 //! use sheafdb::Result;
 //!
 //! #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -113,10 +227,18 @@
 //!     }
 //! }
 //!
+//! // Every encoding of a UserId is 4 bytes, so it can fill vectors and
+//! // arrays (as a value, key and key part).
+//! impl FixedWidth for UserId {}
+//! impl ArrayElement for UserId {}
+//!
 //! const POSTS: TableDefinition<(UserId, u64), &str> = TableDefinition::new("posts");
+//! const FOLLOWERS: TableDefinition<UserId, Vec<UserId>> = TableDefinition::new("followers");
 //! assert_eq!(POSTS.name(), "posts");
+//! assert_eq!(FOLLOWERS.value_type_name(), "Vec<myapp::UserId>");
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -162,6 +284,10 @@ pub trait Key: Value {
 /// The part encoding must preserve order and be prefix-free: for `a < b`,
 /// `part(a)` followed by anything sorts before `part(b)` followed by
 /// anything.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `KeyPart`: it cannot stand in a non-final position of a tuple key",
+    note = "`&str` and `&[u8]` can only be last in a tuple key; elsewhere use `Cow<'static, str>` / `Cow<'static, [u8]>` (borrowed unless the part holds a 00 byte) or `String` / `Vec<u8>`, with the same encoding (see `sheafdb::table::types`)"
+)]
 pub trait KeyPart: Key {
     /// Appends the self-delimiting, order-preserving encoding to `out`.
     fn encode_key_part(value: &Self::SelfType<'_>, out: &mut Vec<u8>);
@@ -273,6 +399,12 @@ impl Ctx {
 fn exact<const N: usize>(bytes: &[u8], ty: &str, ctx: Ctx) -> Result<[u8; N]> {
     <[u8; N]>::try_from(bytes)
         .map_err(|_| ctx.err(format!("{ty} needs {N} bytes, found {}", bytes.len())))
+}
+
+/// `bytes` as a reference to an array of exactly `N` bytes.
+fn exact_ref<const N: usize>(bytes: &[u8], ctx: Ctx) -> Result<&[u8; N]> {
+    <&[u8; N]>::try_from(bytes)
+        .map_err(|_| ctx.err(format!("byte array needs {N} bytes, found {}", bytes.len())))
 }
 
 /// The first `N` bytes of `bytes` (key parts).
@@ -729,6 +861,134 @@ impl KeyPart for Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------
+// Borrowed-or-owned strings: Cow<str>, Cow<[u8]>
+// ---------------------------------------------------------------------------
+
+/// [`unescape`] that borrows: the raw bytes of the escaped part at the start
+/// of `bytes` (borrowed when the part holds no escaped `00`, a copy
+/// otherwise) and how many encoded bytes it used.
+fn unescape_cow(bytes: &[u8]) -> Result<(Cow<'_, [u8]>, usize)> {
+    let Some(zero) = bytes.iter().position(|&b| b == ESCAPE) else {
+        return Err(Ctx::Key.err("unterminated escaped string in key"));
+    };
+    match (bytes.get(..zero), bytes.get(zero + 1)) {
+        (Some(raw), Some(&TERMINATOR)) => Ok((Cow::Borrowed(raw), zero + 2)),
+        _ => unescape(bytes).map(|(raw, used)| (Cow::Owned(raw), used)),
+    }
+}
+
+/// UTF-8 check of a [`unescape_cow`] result, keeping it borrowed or owned.
+fn cow_utf8(raw: Cow<'_, [u8]>) -> Result<Cow<'_, str>> {
+    match raw {
+        Cow::Borrowed(b) => decode_utf8(b, Ctx::Key).map(Cow::Borrowed),
+        Cow::Owned(v) => String::from_utf8(v)
+            .map(Cow::Owned)
+            .map_err(|e| Ctx::Key.err(format!("invalid UTF-8 in str: {}", e.utf8_error()))),
+    }
+}
+
+/// A string that borrows from the stored bytes where it can: the type to
+/// use for a string in a non-final tuple key position (see the module doc).
+/// Same encodings and type name (`"str"`) as `&str` and `String`.
+impl Value for Cow<'_, str> {
+    type SelfType<'a>
+        = Cow<'a, str>
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+    fn encode_value(value: &Cow<'_, str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value.as_bytes());
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Cow<'a, str>>
+    where
+        Self: 'a,
+    {
+        decode_utf8(bytes, Ctx::Value).map(Cow::Borrowed)
+    }
+    fn type_name() -> String {
+        "str".to_string()
+    }
+}
+
+impl Key for Cow<'_, str> {
+    fn encode_key(value: &Cow<'_, str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value.as_bytes());
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Cow<'a, str>>
+    where
+        Self: 'a,
+    {
+        decode_utf8(bytes, Ctx::Key).map(Cow::Borrowed)
+    }
+}
+
+impl KeyPart for Cow<'_, str> {
+    fn encode_key_part(value: &Cow<'_, str>, out: &mut Vec<u8>) {
+        escape_into(value.as_bytes(), out);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Cow<'a, str>, usize)>
+    where
+        Self: 'a,
+    {
+        let (raw, used) = unescape_cow(bytes)?;
+        Ok((cow_utf8(raw)?, used))
+    }
+}
+
+/// Bytes that borrow from the stored bytes where they can: the type to use
+/// for bytes in a non-final tuple key position (see the module doc). Same
+/// encodings and type name (`"bytes"`) as `&[u8]` and `Vec<u8>`.
+impl Value for Cow<'_, [u8]> {
+    type SelfType<'a>
+        = Cow<'a, [u8]>
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+    fn encode_value(value: &Cow<'_, [u8]>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value);
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Cow<'a, [u8]>>
+    where
+        Self: 'a,
+    {
+        Ok(Cow::Borrowed(bytes))
+    }
+    fn type_name() -> String {
+        "bytes".to_string()
+    }
+}
+
+impl Key for Cow<'_, [u8]> {
+    fn encode_key(value: &Cow<'_, [u8]>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value);
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Cow<'a, [u8]>>
+    where
+        Self: 'a,
+    {
+        Ok(Cow::Borrowed(bytes))
+    }
+}
+
+impl KeyPart for Cow<'_, [u8]> {
+    fn encode_key_part(value: &Cow<'_, [u8]>, out: &mut Vec<u8>) {
+        escape_into(value, out);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Cow<'a, [u8]>, usize)>
+    where
+        Self: 'a,
+    {
+        unescape_cow(bytes)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Fixed byte arrays, unit
 // ---------------------------------------------------------------------------
 
@@ -773,6 +1033,60 @@ impl<const N: usize> KeyPart for [u8; N] {
         Self: 'a,
     {
         Ok((leading(bytes, "byte array")?, N))
+    }
+}
+
+/// The same bytes and type name as `[u8; N]`, decoded without copying.
+impl<const N: usize> Value for &[u8; N] {
+    type SelfType<'a>
+        = &'a [u8; N]
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        Some(N)
+    }
+    fn encode_value(value: &&[u8; N], out: &mut Vec<u8>) {
+        out.extend_from_slice(*value);
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<&'a [u8; N]>
+    where
+        Self: 'a,
+    {
+        exact_ref(bytes, Ctx::Value)
+    }
+    fn type_name() -> String {
+        format!("[u8;{N}]")
+    }
+}
+
+impl<const N: usize> Key for &[u8; N] {
+    fn encode_key(value: &&[u8; N], out: &mut Vec<u8>) {
+        out.extend_from_slice(*value);
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<&'a [u8; N]>
+    where
+        Self: 'a,
+    {
+        exact_ref(bytes, Ctx::Key)
+    }
+}
+
+impl<const N: usize> KeyPart for &[u8; N] {
+    fn encode_key_part(value: &&[u8; N], out: &mut Vec<u8>) {
+        out.extend_from_slice(*value);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(&'a [u8; N], usize)>
+    where
+        Self: 'a,
+    {
+        let head = bytes.first_chunk::<N>().ok_or_else(|| {
+            Ctx::Key.err(format!(
+                "byte array key part needs {N} bytes, found {}",
+                bytes.len()
+            ))
+        })?;
+        Ok((head, N))
     }
 }
 
@@ -896,6 +1210,282 @@ impl<T: KeyPart> KeyPart for Option<T> {
 }
 
 // ---------------------------------------------------------------------------
+// Fixed-width element types: Vec<T>, [T; N]
+// ---------------------------------------------------------------------------
+
+/// A type whose encodings all have one width: [`Value::fixed_width`] is
+/// `Some(w)`, every value encoding is `w` bytes and, if the type is a
+/// [`Key`], so is every key encoding and every key-part encoding.
+///
+/// Implemented for the integers, `bool`, `char`, `f32`, `f64`, `()`,
+/// `[u8; N]`, `&[u8; N]`, `[T; N]` of an [`ArrayElement`], and tuples of
+/// fixed-width types. Implement it for your own type when the above holds
+/// (for example one that delegates to a built-in fixed-width type); a type
+/// that breaks the promise decodes as [`Error::Corrupted`], never as a
+/// panic.
+pub trait FixedWidth: Value {}
+
+/// A [`FixedWidth`] type that `Vec<T>` and `[T; N]` hold: every fixed-width
+/// type except `u8`, whose `Vec<u8>` and `[u8; N]` have their own (raw
+/// byte) encodings.
+///
+/// If `T` is also a [`Key`] whose key encoding preserves order, `Vec<T>` and
+/// `[T; N]` are keys and key parts ordered like their `Ord`: by element,
+/// a shorter vector before its extensions.
+pub trait ArrayElement: FixedWidth {}
+
+macro_rules! impl_fixed_width {
+    ($($t:ty),* $(,)?) => {$(
+        impl FixedWidth for $t {}
+        impl ArrayElement for $t {}
+    )*};
+}
+
+impl FixedWidth for u8 {}
+impl_fixed_width!(
+    u16,
+    u32,
+    u64,
+    u128,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    bool,
+    char,
+    f32,
+    f64,
+    ()
+);
+
+impl<const N: usize> FixedWidth for [u8; N] {}
+impl<const N: usize> ArrayElement for [u8; N] {}
+impl<const N: usize> FixedWidth for &[u8; N] {}
+impl<const N: usize> ArrayElement for &[u8; N] {}
+
+/// The marker byte that stands for each element of zero width (`()`) in a
+/// `Vec`, and before each element in a `Vec` key part.
+const ELEMENT: u8 = 0x01;
+/// The end of a `Vec` key part.
+const END: u8 = 0x00;
+
+/// The width of an array element, which [`FixedWidth`] promises.
+fn element_width<T: Value>(ctx: Ctx) -> Result<usize> {
+    T::fixed_width().ok_or_else(|| {
+        ctx.err(format!(
+            "{} is an array element without a fixed width",
+            T::type_name()
+        ))
+    })
+}
+
+/// Writes the elements of a `Vec<T>` whole (a value, or a key that runs to
+/// the end): each element's encoding, or the [`ELEMENT`] byte for an
+/// element of zero width.
+fn encode_elements<'x, T: Value + 'x>(
+    items: &[T::SelfType<'x>],
+    out: &mut Vec<u8>,
+    encode: impl Fn(&T::SelfType<'x>, &mut Vec<u8>),
+) {
+    let zero_width = T::fixed_width() == Some(0);
+    for item in items {
+        if zero_width {
+            out.push(ELEMENT);
+        }
+        encode(item, out);
+    }
+}
+
+/// Reverses [`encode_elements`]: `bytes` must be whole elements.
+fn decode_elements<'a, T: Value + 'a>(
+    bytes: &'a [u8],
+    ctx: Ctx,
+    decode: impl Fn(&'a [u8]) -> Result<T::SelfType<'a>>,
+) -> Result<Vec<T::SelfType<'a>>> {
+    match element_width::<T>(ctx)? {
+        0 => bytes
+            .iter()
+            .map(|&b| match b {
+                ELEMENT => decode(&[]),
+                b => Err(ctx.err(format!(
+                    "zero-width element marker must be 01, found {b:#04x}"
+                ))),
+            })
+            .collect(),
+        width if bytes.len().is_multiple_of(width) => {
+            bytes.chunks_exact(width).map(decode).collect()
+        }
+        width => Err(ctx.err(format!(
+            "{} bytes are not whole elements of {width} bytes",
+            bytes.len()
+        ))),
+    }
+}
+
+/// `N` elements of `T` from exactly `N` times its width.
+fn decode_array<'a, T: Value + 'a, const N: usize>(
+    bytes: &'a [u8],
+    ctx: Ctx,
+    decode: impl Fn(&'a [u8]) -> Result<T::SelfType<'a>>,
+) -> Result<[T::SelfType<'a>; N]> {
+    let width = element_width::<T>(ctx)?;
+    let expected = width.checked_mul(N);
+    if expected != Some(bytes.len()) {
+        return Err(ctx.err(format!(
+            "[{};{N}] needs {N} elements of {width} bytes, found {} bytes",
+            T::type_name(),
+            bytes.len()
+        )));
+    }
+    let items: Vec<_> = if width == 0 {
+        (0..N).map(|_| decode(&[])).collect::<Result<_>>()?
+    } else {
+        bytes
+            .chunks_exact(width)
+            .map(decode)
+            .collect::<Result<_>>()?
+    };
+    <[T::SelfType<'a>; N]>::try_from(items).map_err(|_| ctx.err("array length"))
+}
+
+impl<T: ArrayElement> Value for Vec<T> {
+    type SelfType<'a>
+        = Vec<T::SelfType<'a>>
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        None
+    }
+    fn encode_value(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        encode_elements::<T>(value, out, T::encode_value);
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_elements::<T>(bytes, Ctx::Value, T::decode_value)
+    }
+    fn type_name() -> String {
+        format!("Vec<{}>", T::type_name())
+    }
+}
+
+impl<T: ArrayElement + Key> Key for Vec<T> {
+    fn encode_key(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        encode_elements::<T>(value, out, T::encode_key);
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_elements::<T>(bytes, Ctx::Key, T::decode_key)
+    }
+}
+
+impl<T: ArrayElement + Key> KeyPart for Vec<T> {
+    fn encode_key_part(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        for item in value {
+            out.push(ELEMENT);
+            T::encode_key(item, out);
+        }
+        out.push(END);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Self::SelfType<'a>, usize)>
+    where
+        Self: 'a,
+    {
+        let width = element_width::<T>(Ctx::Key)?;
+        let mut items = Vec::new();
+        let mut rest = bytes;
+        loop {
+            match rest.split_first() {
+                Some((&END, _)) => return Ok((items, bytes.len() - rest.len() + 1)),
+                Some((&ELEMENT, after)) => {
+                    let Some((item, after)) = after.split_at_checked(width) else {
+                        return Err(Ctx::Key.err(format!(
+                            "Vec key part element needs {width} bytes, found {}",
+                            after.len()
+                        )));
+                    };
+                    items.push(T::decode_key(item)?);
+                    rest = after;
+                }
+                Some((b, _)) => {
+                    return Err(Ctx::Key.err(format!(
+                        "Vec key part marker must be 00 or 01, found {b:#04x}"
+                    )))
+                }
+                None => return Err(Ctx::Key.err("unterminated Vec key part")),
+            }
+        }
+    }
+}
+
+impl<T: ArrayElement, const N: usize> Value for [T; N] {
+    type SelfType<'a>
+        = [T::SelfType<'a>; N]
+    where
+        Self: 'a;
+
+    fn fixed_width() -> Option<usize> {
+        T::fixed_width()?.checked_mul(N)
+    }
+    fn encode_value(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        for item in value {
+            T::encode_value(item, out);
+        }
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_array::<T, N>(bytes, Ctx::Value, T::decode_value)
+    }
+    fn type_name() -> String {
+        format!("[{};{N}]", T::type_name())
+    }
+}
+
+impl<T: ArrayElement + Key, const N: usize> Key for [T; N] {
+    fn encode_key(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        for item in value {
+            T::encode_key(item, out);
+        }
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Self::SelfType<'a>>
+    where
+        Self: 'a,
+    {
+        decode_array::<T, N>(bytes, Ctx::Key, T::decode_key)
+    }
+}
+
+impl<T: ArrayElement + Key, const N: usize> KeyPart for [T; N] {
+    fn encode_key_part(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
+        Self::encode_key(value, out);
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Self::SelfType<'a>, usize)>
+    where
+        Self: 'a,
+    {
+        let len = Self::fixed_width().ok_or_else(|| Ctx::Key.err("array width overflows usize"))?;
+        let Some(head) = bytes.get(..len) else {
+            return Err(Ctx::Key.err(format!(
+                "{} key part needs {len} bytes, found {}",
+                Self::type_name(),
+                bytes.len()
+            )));
+        };
+        Ok((Self::decode_key(head)?, len))
+    }
+}
+
+impl<T: ArrayElement, const N: usize> FixedWidth for [T; N] {}
+impl<T: ArrayElement, const N: usize> ArrayElement for [T; N] {}
+
+// ---------------------------------------------------------------------------
 // Tuples
 // ---------------------------------------------------------------------------
 
@@ -992,6 +1582,9 @@ macro_rules! impl_tuple {
             }
         }
 
+        impl<$($init: FixedWidth,)* $last: FixedWidth> FixedWidth for ($($init,)* $last,) {}
+        impl<$($init: FixedWidth,)* $last: FixedWidth> ArrayElement for ($($init,)* $last,) {}
+
         impl<$($init: KeyPart,)* $last: Key> Key for ($($init,)* $last,) {
             fn encode_key(value: &Self::SelfType<'_>, out: &mut Vec<u8>) {
                 $($init::encode_key_part(&value.$ii, out);)*
@@ -1041,6 +1634,10 @@ impl_tuple!(A a 0, B b 1, C c 2, D d 3; E e 4);
 impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4; F f 5);
 impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5; G g 6);
 impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6; H h 7);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7; I i 8);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7, I i 8; J j 9);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7, I i 8, J j 9; K k 10);
+impl_tuple!(A a 0, B b 1, C c 2, D d 3, E e 4, F f 5, G g 6, H h 7, I i 8, J j 9, K k 10; L l 11);
 
 #[cfg(test)]
 mod tests {
@@ -1061,6 +1658,11 @@ mod tests {
             any::<char>()
         ];
         vec(ch, 0..8).prop_map(String::from_iter)
+    }
+
+    /// `&'static str` keys for tuples, with prefixes and NULs.
+    fn static_str() -> impl Strategy<Value = &'static str> {
+        proptest::sample::select(&["", "\0", "a", "a\0", "a\0b", "ab", "b", "\u{ff}"][..])
     }
 
     fn bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -1170,6 +1772,106 @@ mod tests {
         )*};
     }
 
+    /// Value-only types (floats inside): the value encoding round trips
+    /// (re-encoding the decoded value gives the same bytes, which for these
+    /// bit-exact encodings means the same bits, NaNs included), has the
+    /// fixed width, and truncations do not panic.
+    macro_rules! value_props {
+        ($($name:ident: $t:ty = $strat:expr;)*) => {$(
+            proptest! {
+                #[test]
+                fn $name(a in $strat) {
+                    let va = encode_value_to_vec::<$t>(&a);
+                    let back = <$t as Value>::decode_value(&va).unwrap();
+                    prop_assert_eq!(encode_value_to_vec::<$t>(&back), va.clone());
+                    if let Some(width) = <$t as Value>::fixed_width() {
+                        prop_assert_eq!(va.len(), width);
+                    }
+                    for n in 0..va.len() {
+                        fuzz_value::<$t>(&va[..n]);
+                    }
+                }
+            }
+        )*};
+    }
+
+    /// Small element ranges so equal elements and prefixes come up often.
+    fn short_vec<S: Strategy>(element: S) -> impl Strategy<Value = Vec<S::Value>> {
+        vec(element, 0..5)
+    }
+
+    /// `&'static [u8; 2]` elements for borrowed arrays.
+    fn static_pair() -> impl Strategy<Value = &'static [u8; 2]> {
+        proptest::sample::select(&[&[0u8, 0], &[0, 1], &[1, 0], &[0xFF, 0xFF]][..])
+    }
+
+    key_props! {
+        key_vec_u32: Vec<u32> = short_vec(0u32..3);
+        key_vec_u32_any: Vec<u32> = short_vec(any::<u32>());
+        key_vec_u8_pairs: Vec<[u8; 2]> = short_vec(any::<[u8; 2]>());
+        key_vec_i16: Vec<i16> = short_vec(-2i16..2);
+        key_vec_i128: Vec<i128> = short_vec(any::<i128>());
+        key_vec_u128: Vec<u128> = short_vec(0u128..2);
+        key_vec_bool: Vec<bool> = short_vec(any::<bool>());
+        key_vec_char: Vec<char> = short_vec(prop_oneof![Just('a'), any::<char>()]);
+        key_vec_unit: Vec<()> = short_vec(Just(()));
+        key_vec_tuple: Vec<(u8, i32)> = short_vec((0u8..2, -1i32..1));
+        key_vec_unit_tuple: Vec<((), u8)> = short_vec((Just(()), 0u8..2));
+        key_vec_arrays: Vec<[u16; 2]> = short_vec(any::<[u16; 2]>());
+        key_vec_borrowed_arrays: Vec<&'static [u8; 2]> = short_vec(static_pair());
+        key_borrowed_arrays_in_tuple: (&'static [u8; 2], u8, &'static [u8; 2]) =
+            (static_pair(), 0u8..2, static_pair());
+        key_array_u32: [u32; 3] = any::<[u32; 3]>();
+        key_array_i8: [i8; 4] = any::<[i8; 4]>();
+        key_array_bool: [bool; 2] = any::<[bool; 2]>();
+        key_array_char: [char; 2] = any::<[char; 2]>();
+        key_array_unit: [(); 3] = Just([(); 3]);
+        key_array_empty: [u64; 0] = Just([]);
+        key_array_nested: [[u8; 2]; 2] = any::<[[u8; 2]; 2]>();
+        key_array_of_arrays: [[i16; 2]; 2] = any::<[[i16; 2]; 2]>();
+        key_array_tuples: [(u8, char); 2] = any::<[(u8, char); 2]>();
+        key_vec_first: (Vec<u32>, u8) = (short_vec(0u32..3), 0u8..2);
+        key_vec_middle: (u8, Vec<u32>, u8) = (0u8..2, short_vec(0u32..3), 0u8..2);
+        key_vec_last: (u8, Vec<u32>) = (0u8..2, short_vec(0u32..3));
+        key_vecs_and_arrays: (Vec<()>, Vec<u16>, [i8; 2], Vec<bool>) =
+            (short_vec(Just(())), short_vec(0u16..2), any::<[i8; 2]>(), short_vec(any::<bool>()));
+        key_array_in_tuple: ([u16; 2], String, [u16; 2]) =
+            (any::<[u16; 2]>(), string(), any::<[u16; 2]>());
+        key_option_vec: (Option<Vec<u32>>, u8) =
+            (proptest::option::of(short_vec(0u32..2)), 0u8..2);
+        key_twelve_new_types: (Vec<u8>, Vec<u16>, [u32; 2], Cow<'static, str>, Vec<()>, u8,
+                               Cow<'static, [u8]>, Vec<(u8, bool)>, [char; 1], i8, Vec<i64>, &'static str) =
+            (bytes(), short_vec(0u16..2), any::<[u32; 2]>(), string().prop_map(Cow::Owned),
+             short_vec(Just(())), 0u8..2, bytes().prop_map(Cow::Owned),
+             short_vec((0u8..2, any::<bool>())), any::<[char; 1]>(), -1i8..1,
+             short_vec(-1i64..1), static_str());
+    }
+
+    part_props! {
+        part_vec_u32: Vec<u32> = short_vec(0u32..3);
+        part_vec_unit: Vec<()> = short_vec(Just(()));
+        part_vec_tuple: Vec<(u8, char)> = short_vec((0u8..2, Just('a')));
+        part_vec_arrays: Vec<[u8; 2]> = short_vec(any::<[u8; 2]>());
+        part_array_u16: [u16; 2] = any::<[u16; 2]>();
+        part_array_unit: [(); 2] = Just([(); 2]);
+        part_array_nested: [[u8; 2]; 2] = any::<[[u8; 2]; 2]>();
+        part_vec_pair: (Vec<i16>, Vec<i16>) = (short_vec(-1i16..1), short_vec(-1i16..1));
+    }
+
+    value_props! {
+        value_vec_f64: Vec<f64> = short_vec(any::<f64>());
+        value_vec_f32: Vec<f32> = short_vec(any::<f32>());
+        value_array_f64: [f64; 2] = any::<[f64; 2]>();
+        value_vec_float_tuples: Vec<(f32, u8)> = short_vec(any::<(f32, u8)>());
+        value_vec_float_arrays: Vec<[f64; 2]> = short_vec(any::<[f64; 2]>());
+        value_vecs_in_tuple: (Vec<f32>, String, Vec<u8>, [f64; 1]) =
+            (short_vec(any::<f32>()), string(), bytes(), any::<[f64; 1]>());
+        value_twelve: (f32, f64, Vec<f32>, u8, u8, u8, u8, u8, u8, Vec<(u8, f64)>, [f32; 2], Vec<f64>) =
+            (any::<f32>(), any::<f64>(), short_vec(any::<f32>()), any::<u8>(), any::<u8>(),
+             any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>(),
+             short_vec(any::<(u8, f64)>()), any::<[f32; 2]>(), short_vec(any::<f64>()));
+    }
+
     key_props! {
         key_u8: u8 = any::<u8>();
         key_u16: u16 = any::<u16>();
@@ -1199,6 +1901,23 @@ mod tests {
         key_eight: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>) =
             (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
              Just(()), string(), bytes());
+        key_cow_str: Cow<'static, str> = string().prop_map(Cow::Owned);
+        key_cow_bytes: Cow<'static, [u8]> = bytes().prop_map(Cow::Owned);
+        key_cow_str_u64_str: (Cow<'static, str>, u64, &'static str) =
+            (string().prop_map(Cow::Owned), 0u64..2, static_str());
+        key_cows_everywhere: (Cow<'static, [u8]>, Cow<'static, str>, u8, Cow<'static, str>) =
+            (bytes().prop_map(Cow::Owned), string().prop_map(Cow::Owned), 0u8..2,
+             string().prop_map(Cow::Owned));
+        key_nine: (u8, String, bool, i16, Option<u8>, (), char, Vec<u8>, u32) =
+            (0u8..2, string(), any::<bool>(), -1i16..1, proptest::option::of(0u8..2),
+             Just(()), Just('x'), bytes(), any::<u32>());
+        key_ten: (u8, u8, u8, u8, u8, u8, u8, u8, String, i32) =
+            (0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, string(), any::<i32>());
+        key_eleven: (String, u8, u8, u8, u8, u8, u8, u8, u8, u8, Vec<u8>) =
+            (string(), 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, 0u8..2, bytes());
+        key_twelve: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String) =
+            (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
+             Just(()), string(), bytes(), 0u16..2, -1i64..1, any::<[u8; 2]>(), string());
     }
 
     part_props! {
@@ -1222,6 +1941,13 @@ mod tests {
         part_triple: (u32, String, i64) = (0u32..3, string(), -2i64..2);
         part_string_bytes: (String, Vec<u8>) = (string(), bytes());
         part_unit_u8: ((), u8) = (Just(()), any::<u8>());
+        part_cow_str: Cow<'static, str> = string().prop_map(Cow::Owned);
+        part_cow_bytes: Cow<'static, [u8]> = bytes().prop_map(Cow::Owned);
+        part_cow_pair: (Cow<'static, str>, Cow<'static, [u8]>) =
+            (string().prop_map(Cow::Owned), bytes().prop_map(Cow::Owned));
+        part_twelve: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String) =
+            (any::<bool>(), 0u8..2, -1i8..1, Just('x'), proptest::option::of(0u8..2),
+             Just(()), string(), bytes(), 0u16..2, -1i64..1, any::<[u8; 2]>(), string());
     }
 
     proptest! {
@@ -1239,6 +1965,52 @@ mod tests {
             prop_assert_eq!(&kx, &x);
             prop_assert_eq!(<&[u8]>::decode_key(&kx).unwrap(), x.as_slice());
             prop_assert_eq!(<&[u8]>::decode_value(&kx).unwrap(), x.as_slice());
+        }
+
+        #[test]
+        fn cow_parts_match_owned_forms(a in string(), x in bytes(), n in any::<u64>(), t in static_str()) {
+            let cow = Cow::Borrowed(a.as_str());
+            prop_assert_eq!(part_of::<Cow<'static, str>>(&cow), part_of::<String>(&a));
+            let cow_x = Cow::Borrowed(x.as_slice());
+            prop_assert_eq!(part_of::<Cow<'static, [u8]>>(&cow_x), part_of::<Vec<u8>>(&x));
+            let key = encode_key_to_vec::<(Cow<'static, str>, u64, &str)>(&(cow.clone(), n, t));
+            prop_assert_eq!(&key, &encode_key_to_vec::<(String, u64, &str)>(&(a.clone(), n, t)));
+            let (back, m, tail) = <(Cow<'static, str>, u64, &str)>::decode_key(&key).unwrap();
+            prop_assert_eq!((back.as_ref(), m, tail), (a.as_str(), n, t));
+            // Borrowed exactly when the part holds no 00 byte.
+            prop_assert_eq!(matches!(back, Cow::Borrowed(_)), !a.contains('\0'));
+            if let Cow::Borrowed(b) = back {
+                prop_assert_eq!(b.as_ptr(), key.as_ptr());
+            }
+            let value = encode_value_to_vec::<(Cow<'static, str>, u64)>(&(cow.clone(), n));
+            prop_assert_eq!(&value, &encode_value_to_vec::<(String, u64)>(&(a.clone(), n)));
+            let (v, _) = <(Cow<'static, str>, u64)>::decode_value(&value).unwrap();
+            prop_assert!(matches!(v, Cow::Borrowed(_)));
+            let x_part = part_of::<Vec<u8>>(&x);
+            let (raw, used) = <Cow<'static, [u8]>>::decode_key_part(&x_part).unwrap();
+            prop_assert_eq!((raw.as_ref(), used), (x.as_slice(), x_part.len()));
+            prop_assert_eq!(matches!(raw, Cow::Borrowed(_)), !x.contains(&0));
+        }
+
+        #[test]
+        fn byte_array_refs_match_arrays(a in any::<[u8; 4]>(), b in any::<[u8; 4]>(), tail in noise()) {
+            let (ka, kb) = (encode_key_to_vec::<&[u8; 4]>(&&a), encode_key_to_vec::<&[u8; 4]>(&&b));
+            prop_assert_eq!(&ka, &encode_key_to_vec::<[u8; 4]>(&a));
+            prop_assert_eq!(&encode_value_to_vec::<&[u8; 4]>(&&a), &encode_value_to_vec::<[u8; 4]>(&a));
+            prop_assert_eq!(a.cmp(&b), ka.cmp(&kb));
+            let back = <&[u8; 4]>::decode_key(&ka).unwrap();
+            prop_assert_eq!(back, &a);
+            prop_assert_eq!(back.as_ptr(), ka.as_ptr());
+            prop_assert_eq!(<&[u8; 4]>::decode_value(&ka).unwrap(), &a);
+            let mut part = part_of::<&[u8; 4]>(&&a);
+            part.extend_from_slice(&tail);
+            let (p, used) = <&[u8; 4]>::decode_key_part(&part).unwrap();
+            prop_assert_eq!((p, used), (&a, 4));
+            let pair = encode_key_to_vec::<(&[u8; 4], &[u8; 4])>(&(&a, &b));
+            prop_assert_eq!(<(&[u8; 4], &[u8; 4])>::decode_key(&pair).unwrap(), (&a, &b));
+            for n in 0..4 {
+                fuzz_part::<&[u8; 4]>(&ka[..n]);
+            }
         }
 
         #[test]
@@ -1285,7 +2057,30 @@ mod tests {
             fuzz_part::<(String, Vec<u8>)>(b);
             fuzz_part::<((), u8)>(b);
             fuzz_part::<(bool, u8, i8, char, Option<u8>, (), String, Vec<u8>)>(b);
+            fuzz_part::<(u8, String, bool, i16, Option<u8>, (), char, Vec<u8>, u32)>(b);
+            fuzz_part::<(bool, u8, i8, char, Option<u8>, (), String, Vec<u8>, u16, i64, [u8; 2], String)>(b);
+            fuzz_key::<(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, String, &str)>(b);
+            fuzz_value::<(u8, String, u8, u8, u8, u8, u8, u8, u8, f64, Option<u8>, &[u8])>(b);
+            fuzz_part::<Cow<'static, str>>(b);
+            fuzz_part::<Cow<'static, [u8]>>(b);
+            fuzz_part::<(Cow<'static, str>, Cow<'static, [u8]>)>(b);
+            fuzz_part::<&[u8; 4]>(b);
+            fuzz_key::<(Cow<'static, str>, u64, &str)>(b);
             fuzz_key::<&str>(b);
+            fuzz_part::<Vec<u32>>(b);
+            fuzz_part::<Vec<()>>(b);
+            fuzz_part::<Vec<char>>(b);
+            fuzz_part::<Vec<(u8, bool)>>(b);
+            fuzz_part::<Vec<[u8; 2]>>(b);
+            fuzz_part::<Vec<&[u8; 2]>>(b);
+            fuzz_part::<[u16; 2]>(b);
+            fuzz_part::<[(); 2]>(b);
+            fuzz_part::<[[u8; 2]; 2]>(b);
+            fuzz_part::<[char; 2]>(b);
+            fuzz_part::<(Vec<u16>, [bool; 2], Vec<()>)>(b);
+            fuzz_value::<Vec<f64>>(b);
+            fuzz_value::<[f32; 2]>(b);
+            fuzz_value::<(Vec<f32>, u8, Vec<f64>)>(b);
             fuzz_key::<&[u8]>(b);
             fuzz_key::<Option<&str>>(b);
             fuzz_key::<(u64, &str)>(b);
@@ -1350,6 +2145,120 @@ mod tests {
         assert_eq!(v, [7, b'a', b'b']);
         let v = encode_value_to_vec::<(u16, (), bool)>(&(0x0102, (), true));
         assert_eq!(v, [2, 1, 1]);
+        type Twelve = (
+            u8,
+            &'static str,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            Vec<u8>,
+            &'static str,
+        );
+        let twelve = (1, "ab", 2, 3, 4, 5, 6, 7, 8, 9, vec![0], "z");
+        let v = encode_value_to_vec::<Twelve>(&twelve);
+        assert_eq!(
+            v,
+            [1, 2, 0, 0, 0, b'a', b'b', 2, 3, 4, 5, 6, 7, 8, 9, 1, 0, 0, 0, 0, b'z']
+        );
+        assert_eq!(<Twelve>::decode_value(&v).unwrap(), twelve);
+        type TwelveKey = (
+            u8,
+            String,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            u8,
+            Vec<u8>,
+            &'static str,
+        );
+        let twelve = (1, "ab".into(), 2, 3, 4, 5, 6, 7, 8, 9, vec![0], "z");
+        let k = encode_key_to_vec::<TwelveKey>(&twelve);
+        assert_eq!(
+            k,
+            [1, b'a', b'b', 0, 0, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0xFF, 0, 0, b'z']
+        );
+    }
+
+    #[test]
+    fn vec_and_array_layouts() {
+        let v: Vec<u16> = vec![1, 0x0203];
+        assert_eq!(encode_value_to_vec::<Vec<u16>>(&v), [1, 0, 3, 2]);
+        assert_eq!(encode_key_to_vec::<Vec<u16>>(&v), [0, 1, 2, 3]);
+        assert_eq!(part_of::<Vec<u16>>(&v), [1, 0, 1, 1, 2, 3, 0]);
+        assert_eq!(part_of::<Vec<u16>>(&vec![]), [0]);
+        assert_eq!(encode_key_to_vec::<Vec<i8>>(&vec![-1, 0]), [0x7F, 0x80]);
+        assert_eq!(encode_value_to_vec::<Vec<()>>(&vec![(); 3]), [1, 1, 1]);
+        assert_eq!(encode_key_to_vec::<Vec<()>>(&vec![(); 2]), [1, 1]);
+        assert_eq!(part_of::<Vec<()>>(&vec![(); 2]), [1, 1, 0]);
+        assert_eq!(encode_key_to_vec::<[u16; 2]>(&[1, 2]), [0, 1, 0, 2]);
+        assert_eq!(encode_value_to_vec::<[u16; 2]>(&[1, 2]), [1, 0, 2, 0]);
+        assert!(encode_key_to_vec::<[(); 4]>(&[(); 4]).is_empty());
+        assert_eq!(
+            encode_value_to_vec::<Vec<(u8, f32)>>(&vec![(7, 1.0)]),
+            [7, 0, 0, 0x80, 0x3F]
+        );
+        // A vector sorts before its extensions, as a whole key and as a part.
+        let mut keys: Vec<(Vec<u16>, u8)> = [vec![], vec![0], vec![0, 0], vec![0, 1], vec![1]]
+            .into_iter()
+            .flat_map(|v| [(v.clone(), 0), (v, 255)])
+            .collect();
+        let mut by_encoding = keys.clone();
+        by_encoding.sort_by_key(encode_key_to_vec::<(Vec<u16>, u8)>);
+        keys.sort();
+        assert_eq!(by_encoding, keys);
+    }
+
+    #[test]
+    fn bad_vec_and_array_bytes_are_corrupted() {
+        let location = |r: Result<()>| match r {
+            Err(Error::Corrupted { location, .. }) => location.to_string(),
+            other => panic!("expected corruption, got {other:?}"),
+        };
+        let value = "value decode";
+        let key = "key decode";
+        assert_eq!(location(<Vec<u32>>::decode_value(&[0; 5]).map(drop)), value);
+        assert_eq!(location(<Vec<u32>>::decode_key(&[0; 3]).map(drop)), key);
+        assert_eq!(location(<Vec<()>>::decode_value(&[1, 2]).map(drop)), value);
+        assert_eq!(location(<Vec<()>>::decode_key(&[0]).map(drop)), key);
+        assert_eq!(location(<Vec<bool>>::decode_key(&[2]).map(drop)), key);
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[1, 0]).map(drop)),
+            key
+        );
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[1, 0, 1]).map(drop)),
+            key
+        );
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[1, 0, 1, 2]).map(drop)),
+            key
+        );
+        assert_eq!(
+            location(<Vec<u16>>::decode_key_part(&[2, 0, 0]).map(drop)),
+            key
+        );
+        assert_eq!(location(<Vec<u16>>::decode_key_part(&[]).map(drop)), key);
+        assert_eq!(location(<[u16; 2]>::decode_value(&[0; 3]).map(drop)), value);
+        assert_eq!(
+            location(<[u16; 2]>::decode_key_part(&[0; 3]).map(drop)),
+            key
+        );
+        assert_eq!(location(<[(); 2]>::decode_key(&[0]).map(drop)), key);
+        assert_eq!(
+            location(<[char; 1]>::decode_key(&[0, 0xD8, 0, 0]).map(drop)),
+            key
+        );
+        assert_eq!(location(<&[u8; 2]>::decode_value(&[0; 3]).map(drop)), value);
+        assert_eq!(location(<&[u8; 2]>::decode_key_part(&[0]).map(drop)), key);
     }
 
     #[test]
@@ -1424,6 +2333,20 @@ mod tests {
         assert_eq!(<&[u8]>::type_name(), "bytes");
         assert_eq!(<Vec<u8>>::type_name(), "bytes");
         assert_eq!(<[u8; 16]>::type_name(), "[u8;16]");
+        assert_eq!(<&[u8; 16]>::type_name(), "[u8;16]");
+        assert_eq!(<Vec<u32>>::type_name(), "Vec<u32>");
+        assert_eq!(<Vec<[u8; 16]>>::type_name(), "Vec<[u8;16]>");
+        assert_eq!(<Vec<(u8, i32)>>::type_name(), "Vec<(u8,i32)>");
+        assert_eq!(<Vec<()>>::type_name(), "Vec<()>");
+        assert_eq!(<[u32; 3]>::type_name(), "[u32;3]");
+        assert_eq!(<[[u8; 2]; 4]>::type_name(), "[[u8;2];4]");
+        assert_eq!(<[f64; 2]>::type_name(), "[f64;2]");
+        assert_eq!(<Cow<'static, str>>::type_name(), "str");
+        assert_eq!(<Cow<'static, [u8]>>::type_name(), "bytes");
+        assert_eq!(
+            <(Cow<'static, str>, u64, &str)>::type_name(),
+            <(String, u64, &str)>::type_name()
+        );
         assert_eq!(<()>::type_name(), "()");
         assert_eq!(f32::type_name(), "f32");
         assert_eq!(f64::type_name(), "f64");
@@ -1433,6 +2356,10 @@ mod tests {
         assert_eq!(<(u64, &str)>::type_name(), "(u64,str)");
         assert_eq!(<(u32, String, i64)>::type_name(), "(u32,str,i64)");
         assert_eq!(<((), u8)>::type_name(), "((),u8)");
+        assert_eq!(
+            <(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, &str)>::type_name(),
+            "(u8,u8,u8,u8,u8,u8,u8,u8,u8,u8,u8,str)"
+        );
         assert_eq!(
             <(Option<(u8, bool)>, Vec<u8>)>::type_name(),
             "(Option<(u8,bool)>,bytes)"
@@ -1449,6 +2376,16 @@ mod tests {
         assert_eq!(f32::fixed_width(), Some(4));
         assert_eq!(f64::fixed_width(), Some(8));
         assert_eq!(<[u8; 7]>::fixed_width(), Some(7));
+        assert_eq!(<&[u8; 7]>::fixed_width(), Some(7));
+        assert_eq!(<[u32; 3]>::fixed_width(), Some(12));
+        assert_eq!(<[[u16; 2]; 3]>::fixed_width(), Some(12));
+        assert_eq!(<[(); 5]>::fixed_width(), Some(0));
+        assert_eq!(<[f64; 0]>::fixed_width(), Some(0));
+        assert_eq!(<Vec<u32>>::fixed_width(), None);
+        assert_eq!(<([u16; 2], u8)>::fixed_width(), Some(5));
+        assert_eq!(<[(u8, char); 2]>::fixed_width(), Some(10));
+        assert_eq!(<Cow<'static, str>>::fixed_width(), None);
+        assert_eq!(<Cow<'static, [u8]>>::fixed_width(), None);
         assert_eq!(<()>::fixed_width(), Some(0));
         assert_eq!(<&str>::fixed_width(), None);
         assert_eq!(String::fixed_width(), None);
@@ -1461,6 +2398,10 @@ mod tests {
         assert_eq!(
             <(u8, u8, u8, u8, u8, u8, u8, [u8; 3])>::fixed_width(),
             Some(10)
+        );
+        assert_eq!(
+            <(u8, u8, u8, u8, u8, u8, u8, u8, u8, u8, u16, [u8; 3])>::fixed_width(),
+            Some(15)
         );
     }
 
