@@ -36,10 +36,13 @@ pub(crate) mod types;
 pub(crate) mod wal;
 
 pub use db::{
-    Builder, CfStats, ColumnFamily, CompactReport, Database, IntegrityReport, MemoryStats,
-    MAX_CF_NAME,
+    Builder, CfStats, ColumnFamily, CompactReport, Database, FileInfo, IntegrityReport,
+    MemoryStats, MAX_CF_NAME,
 };
-pub use db::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
+pub use db::{
+    MultiWriteTransaction, ReadTransaction, TableInfo, UntypedReadTable, UntypedTable,
+    WriteTransaction,
+};
 pub use error::{Error, Location, PoisonCause, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};
 pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};

@@ -126,9 +126,20 @@ impl ColumnFamily {
 
     /// Checks this CF's trees and space (see `Database::check_integrity`).
     pub fn check_integrity(&self) -> Result<super::IntegrityReport> {
+        self.check_integrity_with(&mut |_, _| {})
+    }
+
+    /// [`ColumnFamily::check_integrity`] with progress reports
+    /// `(pages_done, pages_total)`, as [`Database::check_integrity_with`]
+    /// gives them; the total is this CF's pages in use. The callback runs
+    /// with this CF's writer held: it must not write to it.
+    pub fn check_integrity_with(
+        &self,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<super::IntegrityReport> {
         self.shared.health.check_not_closed()?;
         self.cf.check_live()?;
-        super::integrity::check_cf(&self.shared, &self.cf)
+        super::integrity::check_cf(&self.shared, &self.cf, progress)
     }
 }
 

@@ -1,6 +1,11 @@
 //! `check_integrity` (design.md §11): checksums, tree order and key bounds,
 //! page ownership, allocator agreement and catalog counts.
 //!
+//! Progress (`check_integrity_with`): the total is the pages in use when
+//! the check begins (extent pages neither free nor waiting for snapshots,
+//! over the system and every CF checked), which is exactly what the walk
+//! visits when the check passes; each page run visited is reported.
+//!
 //! Runs with the checkpoint lock and every CF writer lock held, so it sees
 //! one quiescent state: for each CF, the pages reachable from its latest
 //! version, its free pages and its pending (snapshot-held) pages must be
@@ -40,11 +45,58 @@ fn bad(what: String) -> Error {
     }
 }
 
+/// Progress callback of a check: `(pages visited, pages to visit)`.
+pub(super) type ProgressFn<'a> = &'a mut dyn FnMut(u64, u64);
+
+/// Pages visited so far against the pages in use when the check began
+/// (what a consistent file makes it visit); reported after every run.
+pub(super) struct Progress<'a> {
+    done: u64,
+    total: u64,
+    report: ProgressFn<'a>,
+}
+
+impl<'a> Progress<'a> {
+    /// A progress of `total` pages, reported to `report` (first `(0, total)`).
+    fn start(total: u64, report: ProgressFn<'a>) -> Progress<'a> {
+        report(0, total);
+        Progress {
+            done: 0,
+            total,
+            report,
+        }
+    }
+
+    /// `npages` more pages were visited. A damaged file may make the walk
+    /// visit more pages than it should: the count stops at the total.
+    fn visited(&mut self, npages: u64) {
+        self.done = (self.done + npages).min(self.total);
+        (self.report)(self.done, self.total);
+    }
+
+    /// The check passed: every page is accounted for.
+    fn finish(&mut self) {
+        debug_assert!(self.done <= self.total, "progress past its total");
+        if self.done != self.total {
+            self.done = self.total;
+            (self.report)(self.done, self.total);
+        }
+    }
+}
+
+/// Pages of an allocator's extents that are in use (neither free nor
+/// waiting for snapshots).
+fn in_use(alloc: &crate::pager::alloc::CfAllocator) -> u64 {
+    let extent_pages: u64 = alloc.extents().iter().map(|e| e.pages).sum();
+    extent_pages.saturating_sub(alloc.free_set().pages() + alloc.pending_set().pages())
+}
+
 /// Collects the pages of a tree into `set`, failing on a page visited twice.
 fn walk_into<S: btree::store::PageRead>(
     store: &S,
     root: &TreeRoot,
     set: &mut RangeSet,
+    progress: &mut Progress<'_>,
 ) -> Result<u64> {
     let mut dup = None;
     let n = btree::walk(
@@ -54,6 +106,7 @@ fn walk_into<S: btree::store::PageRead>(
             if !set.insert(id.0, npages as u64) && dup.is_none() {
                 dup = Some(id);
             }
+            progress.visited(npages as u64);
         },
     )?;
     if let Some(id) = dup {
@@ -134,7 +187,7 @@ fn check_buffer_budget(shared: &Arc<DbShared>) -> Result<()> {
     }
 }
 
-pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
+pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result<IntegrityReport> {
     check_buffer_budget(shared)?;
     let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
     // Quiesce: no writer of any CF, no checkpoint. `WouldDeadlock` if this
@@ -149,10 +202,13 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
     }
     let sys = shared.ckpt.sys.lock();
     let mut report = IntegrityReport::default();
+    let total =
+        in_use(&sys.alloc.lock()) + cfs.iter().map(|c| in_use(&c.alloc.lock())).sum::<u64>();
+    let mut progress = Progress::start(total, report_to);
 
     let sys_pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
     let mut sys_used = RangeSet::new();
-    walk_into(&sys_pages, &sys.root, &mut sys_used)?;
+    walk_into(&sys_pages, &sys.root, &mut sys_used, &mut progress)?;
     if let Some((p, n)) = sys.meta_run {
         if !sys_used.insert(p.0, n as u64) {
             return Err(Error::corrupted_page(
@@ -160,6 +216,7 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
                 "metadata blob overlaps the system tree",
             ));
         }
+        progress.visited(n as u64);
     }
     {
         let alloc = sys.alloc.lock();
@@ -203,23 +260,28 @@ pub(super) fn check(shared: &Arc<DbShared>) -> Result<IntegrityReport> {
     }
 
     for cf in &cfs {
-        let r = check_one(shared, cf)?;
+        let r = check_one(shared, cf, &mut progress)?;
         report.cfs += r.cfs;
         report.tables += r.tables;
         report.entries += r.entries;
         report.pages_in_use += r.pages_in_use;
         report.pages_free += r.pages_free;
     }
+    progress.finish();
     Ok(report)
 }
 
 /// Checks one CF's trees and space; the caller holds its writer lock.
-fn check_one(shared: &Arc<DbShared>, cf: &Arc<crate::txn::CfShared>) -> Result<IntegrityReport> {
+fn check_one(
+    shared: &Arc<DbShared>,
+    cf: &Arc<crate::txn::CfShared>,
+    progress: &mut Progress<'_>,
+) -> Result<IntegrityReport> {
     let mut report = IntegrityReport::default();
     let version = cf.current.load_full();
     let pages = ReadPages::new(shared.space.clone(), cf.id);
     let mut used = RangeSet::new();
-    let n_tables = walk_into(&pages, &version.catalog, &mut used)?;
+    let n_tables = walk_into(&pages, &version.catalog, &mut used, progress)?;
     let mut cursor = btree::Cursor::new(&version.catalog, Bound::Unbounded, Bound::Unbounded);
     let mut seen_ids = std::collections::HashSet::new();
     while let Some((name, v)) = cursor.next(&pages)? {
@@ -234,7 +296,7 @@ fn check_one(shared: &Arc<DbShared>, cf: &Arc<crate::txn::CfShared>) -> Result<I
             root: meta.root,
             len: meta.len,
         };
-        let entries = walk_into(&pages, &root, &mut used).map_err(|e| match e {
+        let entries = walk_into(&pages, &root, &mut used, progress).map_err(|e| match e {
             Error::Corrupted { what, location } => Error::Corrupted {
                 what: format!(
                     "table {:?}: {what}",
@@ -261,10 +323,15 @@ fn check_one(shared: &Arc<DbShared>, cf: &Arc<crate::txn::CfShared>) -> Result<I
 pub(super) fn check_cf(
     shared: &Arc<DbShared>,
     cf: &Arc<crate::txn::CfShared>,
+    report_to: ProgressFn<'_>,
 ) -> Result<IntegrityReport> {
     let _writer = cf.lock_writer()?;
     let _fold = no_fold_running(shared, cf)?;
-    check_one(shared, cf)
+    let total = in_use(&cf.alloc.lock());
+    let mut progress = Progress::start(total, report_to);
+    let report = check_one(shared, cf, &mut progress)?;
+    progress.finish();
+    Ok(report)
 }
 
 /// Waits until no fold of `cf` is being made aside and keeps one from

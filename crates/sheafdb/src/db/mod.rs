@@ -18,6 +18,7 @@ mod checkpointer;
 mod commit;
 mod compact;
 mod health;
+mod info;
 mod integrity;
 mod open;
 mod recover;
@@ -48,8 +49,12 @@ use registry::CfRegistry;
 
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use compact::CompactReport;
+pub use info::FileInfo;
 pub use integrity::IntegrityReport;
-pub use transaction::{MultiWriteTransaction, ReadTransaction, WriteTransaction};
+pub use transaction::{
+    MultiWriteTransaction, ReadTransaction, TableInfo, UntypedReadTable, UntypedTable,
+    WriteTransaction,
+};
 
 /// The system CF's extents: small, they hold only metadata.
 const SYS_EXTENT_POLICY: ExtentPolicy = ExtentPolicy {
@@ -504,8 +509,22 @@ impl Database {
     /// Verifies checksums, tree order and key bounds, page ownership,
     /// allocator agreement and catalog counts (design.md §11).
     pub fn check_integrity(&self) -> Result<IntegrityReport> {
+        self.check_integrity_with(&mut |_, _| {})
+    }
+
+    /// [`Database::check_integrity`], calling `progress(pages_done,
+    /// pages_total)` as it goes: first with 0 done, then after each page
+    /// run it visits, and with `pages_done == pages_total` when the check
+    /// passes. `pages_total` is the pages in use (system and every CF)
+    /// when the check begins; on a damaged file the count stops there.
+    /// The callback runs with the database quiesced (every CF's writer
+    /// held): it must not use the database.
+    pub fn check_integrity_with(
+        &self,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<IntegrityReport> {
         self.shared.health.check_not_closed()?;
-        integrity::check(&self.shared)
+        integrity::check(&self.shared, progress)
     }
 
     /// Writes every published commit into the data file and lets the WAL

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::btree::TreeRoot;
 use crate::error::{Error, Result};
+use crate::format::records::TableMeta;
 use crate::table::types::{Key, TableDefinition, Value};
 use crate::table::{ReadOnlyTable, Table};
 use crate::txn::pages::ReadPages;
@@ -83,7 +84,19 @@ impl ReadTransaction {
         cf_name: &str,
         def: TableDefinition<'_, K, V>,
     ) -> Result<ReadOnlyTable<K, V>> {
-        let name = def.name();
+        self.open_named(cf, cf_name, def.name(), true)
+    }
+
+    /// Opens table `name` of `cf` as a `ReadOnlyTable<K, V>`. If `typed`,
+    /// `K` and `V` must be the stored types (`TableTypeMismatch`);
+    /// otherwise any table opens (untyped access).
+    fn open_named<K: Key + 'static, V: Value + 'static>(
+        &self,
+        cf: CfId,
+        cf_name: &str,
+        name: &str,
+        typed: bool,
+    ) -> Result<ReadOnlyTable<K, V>> {
         check_table_name(name)?;
         let (pages, version) = self.version_of(cf, cf_name)?;
         let tables = version
@@ -93,7 +106,7 @@ impl ReadTransaction {
             .get(name)
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         let types = (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>());
-        if t.typed.get() != Some(&types) {
+        if typed && t.typed.get() != Some(&types) {
             // First open with these types (or others since): compare the
             // type names once; later opens with them allocate nothing.
             check_types(name, &t.meta, &K::type_name(), &V::type_name())?;
@@ -146,6 +159,65 @@ impl ReadTransaction {
         list_catalog(&pages, &v.catalog)
     }
 
+    /// Opens table `name` of the home CF without knowing its types: keys
+    /// and values are their stored encodings (see [`UntypedReadTable`]).
+    /// `TableNotFound` if it does not exist. [`ReadTransaction::table_info`]
+    /// tells the types the bytes encode.
+    pub fn open_untyped_table(&self, name: &str) -> Result<UntypedReadTable> {
+        self.open_named(self.home, "default", name, false)
+    }
+
+    /// [`ReadTransaction::open_untyped_table`] for a table of `cf`.
+    pub fn open_untyped_table_in(&self, cf: &ColumnFamily, name: &str) -> Result<UntypedReadTable> {
+        self.check_own(cf)?;
+        self.open_named(cf.id(), cf.name(), name, false)
+    }
+
+    /// Name, key and value type names and entry count of table `name` of
+    /// the home CF. `TableNotFound` if it does not exist.
+    pub fn table_info(&self, name: &str) -> Result<TableInfo> {
+        self.info_in(self.home, "default", name)
+    }
+
+    /// [`ReadTransaction::table_info`] for a table of `cf`.
+    pub fn table_info_in(&self, cf: &ColumnFamily, name: &str) -> Result<TableInfo> {
+        self.check_own(cf)?;
+        self.info_in(cf.id(), cf.name(), name)
+    }
+
+    /// [`TableInfo`] of every table of the home CF, sorted by name.
+    pub fn list_table_info(&self) -> Result<Vec<TableInfo>> {
+        self.list_info_in(self.home, "default")
+    }
+
+    /// [`TableInfo`] of every table of `cf`, sorted by name.
+    pub fn list_table_info_in(&self, cf: &ColumnFamily) -> Result<Vec<TableInfo>> {
+        self.check_own(cf)?;
+        self.list_info_in(cf.id(), cf.name())
+    }
+
+    fn list_info_in(&self, cf: CfId, cf_name: &str) -> Result<Vec<TableInfo>> {
+        let (pages, v) = self.version_of(cf, cf_name)?;
+        let names = list_catalog(&pages, &v.catalog)?;
+        names
+            .iter()
+            .map(|name| self.info_in(cf, cf_name, name))
+            .collect()
+    }
+
+    fn info_in(&self, cf: CfId, cf_name: &str, name: &str) -> Result<TableInfo> {
+        check_table_name(name)?;
+        let (pages, v) = self.version_of(cf, cf_name)?;
+        let meta = lookup_table(&pages, &v.catalog, name)?
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        Ok(TableInfo {
+            name: name.to_string(),
+            entries: len_at(&v, &meta, name)?,
+            key_type: meta.key_type,
+            value_type: meta.value_type,
+        })
+    }
+
     /// The version of the home CF this snapshot reads.
     pub fn version(&self) -> u64 {
         match &self.snap {
@@ -173,22 +245,55 @@ fn read_catalog(
     Ok(all)
 }
 
-/// Entry count and table id of a table, whatever its types.
-pub(crate) fn table_len_untyped(rx: &ReadTransaction, name: &str) -> Result<(u64, TableId)> {
-    let (pages, v) = rx.version_of(rx.home, "default")?;
-    let meta = lookup_table(&pages, &v.catalog, name)?
-        .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
-    let len = meta
-        .len
+/// Entry count of table `name` (described by `meta`) at version `v`: its
+/// tree's count plus the buffered commits' change.
+fn len_at(v: &CfVersion, meta: &TableMeta, name: &str) -> Result<u64> {
+    meta.len
         .checked_add_signed(v.delta(meta.id))
         .ok_or_else(|| {
             Error::corrupted(
                 format!("table {name:?}: entry count below zero"),
                 "table tree",
             )
-        })?;
-    Ok((len, meta.id))
+        })
 }
+
+/// Entry count and table id of a table, whatever its types.
+pub(crate) fn table_len_untyped(rx: &ReadTransaction, name: &str) -> Result<(u64, TableId)> {
+    let (pages, v) = rx.version_of(rx.home, "default")?;
+    let meta = lookup_table(&pages, &v.catalog, name)?
+        .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+    Ok((len_at(&v, &meta, name)?, meta.id))
+}
+
+/// What a snapshot knows about one table without knowing its Rust types
+/// ([`ReadTransaction::table_info`], [`ReadTransaction::list_table_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableInfo {
+    /// The table's name.
+    pub name: String,
+    /// The key type's catalog name, as [`Value::type_name`] wrote it when
+    /// the table was created (`"u64"`, `"(u64,str)"`, `"myapp::UserId"`).
+    pub key_type: String,
+    /// The value type's catalog name.
+    pub value_type: String,
+    /// Entries in the table at this snapshot.
+    pub entries: u64,
+}
+
+/// A table read without knowing its types: keys and values are the stored
+/// encodings of the table's key and value types (`table::types` documents
+/// them; `table::dynamic` decodes the built-in ones). Iteration is in key
+/// order, as for a typed table.
+pub type UntypedReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// A table written without knowing its types: keys and values given as
+/// their encodings. They must be valid encodings of the types the table
+/// was opened with (`table::dynamic` makes them for the built-in types):
+/// the bytes are stored as given, and a typed reader of bad bytes gets
+/// `Error::Corrupted`.
+pub type UntypedTable<'txn> = Table<'txn, &'static [u8], &'static [u8]>;
 
 /// A write transaction on one CF. Dropping it without `commit` aborts.
 pub struct WriteTransaction {
@@ -269,6 +374,21 @@ impl WriteTransaction {
         let name = def.name();
         self.core
             .open_table(name, &K::type_name(), &V::type_name())?;
+        Ok(Table::new(&self.core, name.to_string()))
+    }
+
+    /// Opens (creating if needed) table `name` without Rust types: the
+    /// table's key and value type names are `key_type` and `value_type`
+    /// (as [`Value::type_name`] writes them), checked like a typed open
+    /// (`TableTypeMismatch`), and keys and values are given and returned
+    /// as their encodings (see [`UntypedTable`]).
+    pub fn open_untyped_table<'txn>(
+        &'txn self,
+        name: &str,
+        key_type: &str,
+        value_type: &str,
+    ) -> Result<UntypedTable<'txn>> {
+        self.core.open_table(name, key_type, value_type)?;
         Ok(Table::new(&self.core, name.to_string()))
     }
 
@@ -433,6 +553,19 @@ impl MultiWriteTransaction {
         def: TableDefinition<'_, K, V>,
     ) -> Result<Table<'txn, K, V>> {
         self.txn_for(cf)?.open_table(def)
+    }
+
+    /// [`WriteTransaction::open_untyped_table`] for a table of `cf`, which
+    /// must be one of the transaction's column families.
+    pub fn open_untyped_table<'txn>(
+        &'txn self,
+        cf: &ColumnFamily,
+        name: &str,
+        key_type: &str,
+        value_type: &str,
+    ) -> Result<UntypedTable<'txn>> {
+        self.txn_for(cf)?
+            .open_untyped_table(name, key_type, value_type)
     }
 
     /// Deletes a table of `cf`.

@@ -502,6 +502,17 @@ impl Wal {
         self.state.lock().layout.slot_files()
     }
 
+    /// Bytes of the segment files (existing, or about to be created).
+    pub fn file_bytes(&self) -> u64 {
+        let st = self.state.lock();
+        let bytes = st.layout.slot_bytes();
+        debug_assert!(
+            bytes == 0 || st.layout.slot_files() > 0,
+            "segment bytes without segment files"
+        );
+        bytes
+    }
+
     /// The options this WAL was opened with.
     pub fn options(&self) -> WalOptions {
         self.opts

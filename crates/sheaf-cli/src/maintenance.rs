@@ -1,0 +1,88 @@
+//! `sheaf compact FILE` and `sheaf backup FILE DEST`.
+//!
+//! The library's compaction (`Database::compact`) and online backup
+//! (`Database::backup_to`) are being built separately. Each subcommand
+//! calls into the library in exactly one small function ([`compact_db`],
+//! [`backup_db`]); until the library supports the operation, the
+//! subcommand prints one "not supported by this version of sheafdb" line
+//! and exits with status 2.
+
+use std::path::Path;
+
+use sheafdb::{Database, Error};
+
+use crate::info::thousands;
+use crate::{open_read_only, open_read_write, CliResult, Failure};
+
+/// The failure of an operation this version of sheafdb lacks.
+fn unsupported(what: &str) -> Failure {
+    Failure::new(format!(
+        "{what} is not supported by this version of sheafdb"
+    ))
+}
+
+/// The one call into the library for `compact`: `Ok(true)` if the file
+/// shrank.
+fn compact_db(db: &Database) -> CliResult<bool> {
+    match db.compact() {
+        Err(Error::Unsupported(_)) => Err(unsupported("compact")),
+        r => r
+            .map(|report| report.reclaimed_bytes() > 0)
+            .map_err(|e| Failure::db("compacting", e)),
+    }
+}
+
+pub fn compact(path: &Path) -> CliResult {
+    let db = open_read_write(path)?;
+    let before = db.file_info().map(|i| i.file_bytes).unwrap_or(0);
+    let shrank = compact_db(&db)?;
+    db.close()
+        .map_err(|e| Failure::db(format!("closing {}", path.display()), e))?;
+    let after = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let line = match shrank {
+        true => format!(
+            "{}: compacted from {} to {} bytes\n",
+            path.display(),
+            thousands(before),
+            thousands(after)
+        ),
+        false => format!("{}: nothing to compact\n", path.display()),
+    };
+    crate::dump::write_all(line.as_bytes())
+}
+
+/// The one call into the library for `backup`, with a progress callback
+/// `(bytes copied, bytes to copy)`.
+fn backup_db(_db: &Database, _dest: &Path, _progress: &mut dyn FnMut(u64, u64)) -> CliResult {
+    // BACKUP: when sheafdb has online backup, this becomes
+    //     _db.backup_to(_dest, _progress).map_err(|e| Failure::db("backing up", e))
+    // (mapping `Error::Unsupported` like `compact_db` does).
+    Err(unsupported("backup"))
+}
+
+pub fn backup(path: &Path, dest: &Path) -> CliResult {
+    let db = open_read_only(path)?;
+    if dest.exists() {
+        return Err(Failure::new(format!(
+            "{}: already exists; backup writes a new file",
+            dest.display()
+        )));
+    }
+    let bar = match crate::show_progress() {
+        true => indicatif::ProgressBar::new(0).with_style(
+            indicatif::ProgressStyle::with_template(
+                "backing up {bar:40} {bytes}/{total_bytes} ({eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        ),
+        false => indicatif::ProgressBar::hidden(),
+    };
+    let done = backup_db(&db, dest, &mut |copied, total| {
+        bar.set_length(total);
+        bar.set_position(copied);
+    });
+    bar.finish_and_clear();
+    done?;
+    let line = format!("{}: backed up to {}\n", path.display(), dest.display());
+    crate::dump::write_all(line.as_bytes())
+}

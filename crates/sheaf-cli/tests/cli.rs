@@ -1,0 +1,912 @@
+//! The `sheaf` binary on databases the tests make with the library: every
+//! subcommand, exit codes, one-line errors, a corrupted file, files that
+//! are not databases, and dump → load → dump round trips.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value as Json;
+use sheafdb::table::types::{Key, KeyPart, Value};
+use sheafdb::{Database, Result, TableDefinition};
+
+fn sheaf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sheaf"))
+}
+
+/// Serializes the tests of this file. A child process started by one
+/// test holds copies of the process's file descriptors until it execs,
+/// and with them the lock of a database another test just closed; run in
+/// parallel, a test could find its own database "locked" for a moment.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A user-defined key type: the command line does not know it, so it
+/// renders its bytes in hex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Celsius(i32);
+
+impl Value for Celsius {
+    type SelfType<'a> = Celsius;
+    fn fixed_width() -> Option<usize> {
+        Some(4)
+    }
+    fn encode_value(value: &Celsius, out: &mut Vec<u8>) {
+        i32::encode_value(&value.0, out)
+    }
+    fn decode_value<'a>(bytes: &'a [u8]) -> Result<Celsius>
+    where
+        Self: 'a,
+    {
+        i32::decode_value(bytes).map(Celsius)
+    }
+    fn type_name() -> String {
+        "test::Celsius".to_string()
+    }
+}
+
+impl Key for Celsius {
+    fn encode_key(value: &Celsius, out: &mut Vec<u8>) {
+        i32::encode_key(&value.0, out)
+    }
+    fn decode_key<'a>(bytes: &'a [u8]) -> Result<Celsius>
+    where
+        Self: 'a,
+    {
+        i32::decode_key(bytes).map(Celsius)
+    }
+}
+
+impl KeyPart for Celsius {
+    fn encode_key_part(value: &Celsius, out: &mut Vec<u8>) {
+        i32::encode_key_part(&value.0, out)
+    }
+    fn decode_key_part<'a>(bytes: &'a [u8]) -> Result<(Celsius, usize)>
+    where
+        Self: 'a,
+    {
+        i32::decode_key_part(bytes).map(|(v, n)| (Celsius(v), n))
+    }
+}
+
+const USERS: TableDefinition<&str, u64> = TableDefinition::new("users");
+const EVENTS: TableDefinition<(u64, &str), Option<(u32, String)>> = TableDefinition::new("events");
+const SAMPLES: TableDefinition<(String, i64), f64> = TableDefinition::new("samples");
+const BLOBS: TableDefinition<[u8; 4], Vec<u8>> = TableDefinition::new("blobs");
+const MEMBERS: TableDefinition<(u32, Option<String>), ()> = TableDefinition::new("members");
+const FLAGS: TableDefinition<Option<Option<u8>>, (bool, char, i128)> =
+    TableDefinition::new("flags");
+const READINGS: TableDefinition<(Celsius, u8), Option<Celsius>> = TableDefinition::new("readings");
+
+/// (cf, table, key type, value type, entries) of the test database.
+const TABLES: [(&str, &str, &str, &str, u64); 7] = [
+    ("default", "events", "(u64,str)", "Option<(u32,str)>", 4),
+    ("default", "users", "str", "u64", 3),
+    ("metrics", "blobs", "[u8;4]", "bytes", 3),
+    ("metrics", "samples", "(str,i64)", "f64", 5),
+    ("sets", "flags", "Option<Option<u8>>", "(bool,char,i128)", 3),
+    ("sets", "members", "(u32,Option<str>)", "()", 4),
+    (
+        "sets",
+        "readings",
+        "(test::Celsius,u8)",
+        "Option<test::Celsius>",
+        2,
+    ),
+];
+
+/// A database with three column families and tables of many types.
+fn make_db(path: &Path) -> Result<()> {
+    let db = Database::create(path)?;
+    let tx = db.begin_write()?;
+    {
+        let mut users = tx.open_table(USERS)?;
+        users.insert("ada", 36)?;
+        users.insert("bob", 0)?;
+        users.insert("comma, \"quoted\"\nnewline", u64::MAX)?;
+        let mut events = tx.open_table(EVENTS)?;
+        events.insert((1, "login"), Some((7, "seven".to_string())))?;
+        events.insert((1, "a\0b"), None)?;
+        events.insert((2, ""), Some((0, String::new())))?;
+        events.insert((u64::MAX, "é,\""), Some((u32::MAX, "x\ty".to_string())))?;
+    }
+    tx.commit()?;
+    let metrics = db.cf_or_create("metrics")?;
+    let tx = metrics.begin_write()?;
+    {
+        let mut samples = tx.open_table(SAMPLES)?;
+        samples.insert(("cpu".to_string(), -1), 0.1)?;
+        samples.insert(("cpu".to_string(), 5), -0.0)?;
+        samples.insert(("disk".to_string(), i64::MIN), f64::NAN)?;
+        samples.insert(("disk".to_string(), 0), f64::INFINITY)?;
+        samples.insert(("mem".to_string(), i64::MAX), 1e300)?;
+        let mut blobs = tx.open_table(BLOBS)?;
+        blobs.insert([0, 1, 2, 3], vec![])?;
+        blobs.insert([255; 4], vec![0, 0, 255])?;
+        blobs.insert([9, 9, 9, 9], b"text".to_vec())?;
+    }
+    tx.commit()?;
+    let sets = db.cf_or_create("sets")?;
+    let tx = sets.begin_write()?;
+    {
+        let mut members = tx.open_table(MEMBERS)?;
+        members.insert((1, None), ())?;
+        members.insert((1, Some("a".to_string())), ())?;
+        members.insert((1, Some(String::new())), ())?;
+        members.insert((2, Some("b\0".to_string())), ())?;
+        let mut flags = tx.open_table(FLAGS)?;
+        flags.insert(None, (true, 'x', i128::MIN))?;
+        flags.insert(Some(None), (false, '\u{1F600}', 0))?;
+        flags.insert(Some(Some(3)), (true, ',', i128::MAX))?;
+        let mut readings = tx.open_table(READINGS)?;
+        readings.insert((Celsius(-5), 1), Some(Celsius(-5)))?;
+        readings.insert((Celsius(20), 2), None)?;
+    }
+    tx.commit()?;
+    db.close()
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("test.sheaf");
+    make_db(&path).unwrap();
+    Fixture { dir, path }
+}
+
+/// Every file of a directory, by name, with its bytes.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.assert().success().get_output().stdout.clone();
+    String::from_utf8(out).unwrap()
+}
+
+/// Asserts a failure with `code` and exactly one line on stderr, which
+/// contains `text`; returns that line.
+fn fails(cmd: &mut Command, code: i32, text: &str) -> String {
+    let out = cmd.assert().code(code).get_output().clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "stderr is not one line: {err:?}");
+    assert!(err.contains(text), "{err:?} lacks {text:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn version_and_help_follow_clap_conventions() {
+    let _serial = serial();
+    sheaf()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with(format!(
+            "sheaf {}",
+            env!("CARGO_PKG_VERSION")
+        )));
+    for args in [&["help"][..], &["--help"], &["-h"]] {
+        sheaf().args(args).assert().success().stdout(
+            predicate::str::contains("info")
+                .and(predicate::str::contains("check"))
+                .and(predicate::str::contains("dump"))
+                .and(predicate::str::contains("load"))
+                .and(predicate::str::contains("compact"))
+                .and(predicate::str::contains("backup"))
+                .and(predicate::str::contains("Exit status")),
+        );
+    }
+    sheaf()
+        .args(["help", "load"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--key-type"));
+    // No command: the help, with clap's exit status 2.
+    sheaf()
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("Usage: sheaf"));
+    // Usage errors: one line, exit status 2.
+    fails(sheaf().arg("bogus"), 2, "unrecognized subcommand 'bogus'");
+    fails(
+        sheaf().args(["dump", "x", "--format", "xml"]),
+        2,
+        "invalid value 'xml'",
+    );
+    fails(
+        sheaf().args(["load", "x", "--table", "t", "--key-type", "u8"]),
+        2,
+        "--value-type",
+    );
+    fails(sheaf().arg("info"), 2, "required");
+}
+
+#[test]
+fn info_describes_the_file_and_every_table() {
+    let _serial = serial();
+    let f = fixture();
+    let text = stdout_of(sheaf().arg("info").arg(&f.path));
+    for needle in [
+        "format          version 2, page size 4,096",
+        "last close      clean",
+        "column family \"metrics\": 2 tables, 8 entries",
+        "(test::Celsius,u8)",
+        "Option<(u32,str)>",
+    ] {
+        assert!(text.contains(needle), "{needle:?} not in\n{text}");
+    }
+
+    let json: Json =
+        serde_json::from_str(&stdout_of(sheaf().arg("info").arg(&f.path).arg("--json"))).unwrap();
+    assert_eq!(json["format_version"], 2);
+    assert_eq!(json["page_size"], 4096);
+    assert_eq!(
+        json["file_bytes"].as_u64().unwrap(),
+        std::fs::metadata(&f.path).unwrap().len()
+    );
+    assert!(json["recorded_file_bytes"].as_u64().unwrap() >= 2 * 4096);
+    assert!(json["generation"].as_u64().unwrap() >= 1);
+    assert!(json["replay_start_lsn"].as_u64().unwrap() >= 4096);
+    assert!(json["wal_end_lsn"].as_u64().is_some());
+    assert!(json["wal_segments"].as_u64().unwrap() >= 1);
+    assert!(json["wal_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(json["clean"], true);
+    assert_eq!(json["replayed_records"], 0);
+    let cfs = json["column_families"].as_array().unwrap();
+    let names: Vec<&str> = cfs.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "metrics", "sets"]);
+    for c in cfs {
+        assert!(c["pages_in_use"].as_u64().unwrap() > 0, "{c}");
+        assert!(c["extents"].as_u64().unwrap() >= 1, "{c}");
+        assert!(c["extent_bytes"].as_u64().unwrap() > 0, "{c}");
+        assert_eq!(c["dirty_bytes"], 0);
+        assert_eq!(c["buffered_bytes"], 0);
+    }
+    let mut listed = Vec::new();
+    for c in cfs {
+        let mut sum = 0;
+        for t in c["tables"].as_array().unwrap() {
+            let entries = t["entries"].as_u64().unwrap();
+            sum += entries;
+            listed.push((
+                c["name"].as_str().unwrap().to_string(),
+                t["name"].as_str().unwrap().to_string(),
+                t["key_type"].as_str().unwrap().to_string(),
+                t["value_type"].as_str().unwrap().to_string(),
+                entries,
+            ));
+        }
+        assert_eq!(c["entries"].as_u64().unwrap(), sum);
+    }
+    let expected: Vec<_> = TABLES
+        .iter()
+        .map(|(c, t, k, v, n)| {
+            (
+                c.to_string(),
+                t.to_string(),
+                k.to_string(),
+                v.to_string(),
+                *n,
+            )
+        })
+        .collect();
+    assert_eq!(listed, expected);
+}
+
+/// Child side of `info_reports_an_unclean_close`: commits, then dies
+/// without closing (the records stay in the WAL, unchecked).
+#[test]
+fn crash_child() {
+    let Ok(path) = std::env::var("SHEAF_CLI_CRASH_DB") else {
+        return;
+    };
+    let db = Database::builder()
+        .background_checkpoints(false)
+        .create(&path)
+        .unwrap();
+    for k in 0..5u64 {
+        let tx = db.begin_write().unwrap();
+        tx.open_table(USERS)
+            .unwrap()
+            .insert(format!("u{k}").as_str(), k)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    std::process::abort();
+}
+
+#[test]
+fn info_reports_an_unclean_close_and_reads_the_log() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crashed.sheaf");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env("SHEAF_CLI_CRASH_DB", &path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child did not crash");
+    let before = files(dir.path());
+    let json: Json =
+        serde_json::from_str(&stdout_of(sheaf().arg("info").arg("--json").arg(&path))).unwrap();
+    assert_eq!(json["clean"], false);
+    assert_eq!(json["replayed_records"], 5);
+    let text = stdout_of(sheaf().arg("info").arg(&path));
+    assert!(
+        text.contains("not clean: an open replays 5 WAL records"),
+        "{text}"
+    );
+    // The records are read (in memory) by dump too.
+    let dump = stdout_of(sheaf().args(["dump", "--table", "users"]).arg(&path));
+    assert_eq!(dump.lines().count(), 5, "{dump}");
+    sheaf().arg("check").arg(&path).assert().success();
+    assert_eq!(
+        files(dir.path()),
+        before,
+        "a read-only command changed the files"
+    );
+}
+
+#[test]
+fn check_passes_on_a_good_database_without_a_progress_bar_when_piped() {
+    let _serial = serial();
+    let f = fixture();
+    let before = files(f.dir.path());
+    sheaf()
+        .arg("check")
+        .arg(&f.path)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "ok: 3 column families, 7 tables, 24 entries",
+        ))
+        .stderr(predicate::str::is_empty());
+    assert_eq!(files(f.dir.path()), before);
+}
+
+/// Copies the database's directory, flipping bytes in the middle of page
+/// `page` of the data file.
+fn corrupt_copy(f: &Fixture, page: u64, page_size: u64) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, mut bytes) in files(f.dir.path()) {
+        if name == "test.sheaf" {
+            let at = (page * page_size + page_size / 2) as usize;
+            for b in &mut bytes[at..at + 8] {
+                *b ^= 0x5A;
+            }
+        }
+        std::fs::write(dir.path().join(&name), bytes).unwrap();
+    }
+    let path = dir.path().join("test.sheaf");
+    (dir, path)
+}
+
+#[test]
+fn a_corrupted_page_gives_exit_1_and_names_the_page() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("test.sheaf");
+    make_db(&path).unwrap();
+    {
+        // Enough entries for many tree pages.
+        let db = Database::open(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(USERS).unwrap();
+            for k in 0..4000u64 {
+                t.insert(format!("user{k:06}").as_str(), k).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+    let f = Fixture { dir, path };
+    let json: Json =
+        serde_json::from_str(&stdout_of(sheaf().arg("info").arg("--json").arg(&f.path))).unwrap();
+    let page_size = json["page_size"].as_u64().unwrap();
+    let data = std::fs::read(&f.path).unwrap();
+    let pages = data.len() as u64 / page_size;
+    // Pages that were written (unwritten extent space reads as zeros).
+    let written: Vec<u64> = (2..pages)
+        .filter(|p| {
+            let start = (p * page_size) as usize;
+            data[start..start + page_size as usize]
+                .iter()
+                .any(|&b| b != 0)
+        })
+        .collect();
+    assert!(written.len() > 20, "{} written pages", written.len());
+    let step = (written.len() / 40).max(1);
+    let (mut detected, mut named) = (0, 0);
+    for &page in written.iter().step_by(step) {
+        let (_keep, copy) = corrupt_copy(&f, page, page_size);
+        let out = sheaf().arg("check").arg(&copy).output().unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!err.contains("panicked"), "page {page}: {err}");
+        match out.status.code() {
+            // An unreachable page (an old version, free space) is not read.
+            Some(0) => assert!(err.is_empty(), "{err}"),
+            Some(1) => {
+                detected += 1;
+                assert_eq!(err.lines().count(), 1, "{err}");
+                assert!(err.contains("corruption found in page "), "{err}");
+                if err.contains(&format!("corruption found in page {page}:")) {
+                    named += 1;
+                }
+            }
+            other => panic!("page {page}: exit {other:?}: {err}"),
+        }
+    }
+    eprintln!(
+        "{} written pages, {detected} flips detected, {named} named the flipped page",
+        written.len()
+    );
+    assert!(detected >= 10, "{detected} corruptions detected");
+    assert!(
+        named >= 10,
+        "only {named} of {detected} named the flipped page"
+    );
+}
+
+#[test]
+fn files_that_are_not_databases_give_exit_2() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let random = dir.path().join("random.bin");
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let noise: Vec<u8> = (0..65536)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&random, noise).unwrap();
+    let empty = dir.path().join("empty.sheaf");
+    std::fs::write(&empty, b"").unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "these are notes, not a database\n".repeat(300)).unwrap();
+    let short = dir.path().join("short.txt");
+    std::fs::write(&short, "hello\n").unwrap();
+    let missing = dir.path().join("missing.sheaf");
+    for cmd in ["info", "check", "dump"] {
+        for (file, msg) in [
+            (&random, "not a sheafdb database"),
+            (&text, "not a sheafdb database"),
+            (&short, "not a sheafdb database"),
+            (&empty, "the file is empty, not a sheafdb database"),
+            (&missing, "no such file"),
+        ] {
+            fails(sheaf().arg(cmd).arg(file), 2, msg);
+        }
+        fails(sheaf().arg(cmd).arg(dir.path()), 2, "is a directory");
+    }
+    // Loading never overwrites a file that is not a database.
+    let before = std::fs::read(&text).unwrap();
+    fails(
+        sheaf()
+            .args([
+                "load",
+                "--table",
+                "t",
+                "--key-type",
+                "u8",
+                "--value-type",
+                "u8",
+            ])
+            .arg(&text)
+            .write_stdin(""),
+        2,
+        "not a sheafdb database",
+    );
+    assert_eq!(std::fs::read(&text).unwrap(), before);
+}
+
+#[test]
+fn a_database_open_for_writing_is_reported_as_locked() {
+    let _serial = serial();
+    let f = fixture();
+    let db = Database::open(&f.path).unwrap();
+    for cmd in ["info", "check", "dump"] {
+        fails(sheaf().arg(cmd).arg(&f.path), 2, "locked");
+    }
+    drop(db);
+    sheaf().arg("info").arg(&f.path).assert().success();
+}
+
+#[test]
+fn dump_renders_keys_and_values_by_type() {
+    let _serial = serial();
+    let f = fixture();
+    let users = stdout_of(sheaf().args(["dump", "--table", "users"]).arg(&f.path));
+    assert_eq!(
+        users,
+        "{\"key\":\"ada\",\"value\":36}\n{\"key\":\"bob\",\"value\":0}\n\
+         {\"key\":\"comma, \\\"quoted\\\"\\nnewline\",\"value\":18446744073709551615}\n"
+    );
+    let events = stdout_of(sheaf().args(["dump", "--table", "events"]).arg(&f.path));
+    assert_eq!(
+        events.lines().next().unwrap(),
+        "{\"key\":[1,\"a\\u0000b\"],\"value\":null}"
+    );
+    let flags = stdout_of(
+        sheaf()
+            .args([
+                "dump", "--cf", "sets", "--table", "flags", "--format", "csv",
+            ])
+            .arg(&f.path),
+    );
+    assert_eq!(
+        flags,
+        "key,value\nnull,\"[true,\"\"x\"\",-170141183460469231731687303715884105728]\"\n\
+         [null],\"[false,\"\"\u{1F600}\"\",0]\"\n\
+         [3],\"[true,\"\",\"\",170141183460469231731687303715884105727]\"\n"
+    );
+    let samples = stdout_of(
+        sheaf()
+            .args(["dump", "--cf", "metrics", "--table", "samples"])
+            .arg(&f.path),
+    );
+    assert!(
+        samples.contains("{\"key\":[\"cpu\",-1],\"value\":0.1}"),
+        "{samples}"
+    );
+    assert!(samples.contains("\"value\":\"NaN\""), "{samples}");
+    assert!(samples.contains("\"value\":\"inf\""), "{samples}");
+    assert!(samples.contains("\"value\":-0}"), "{samples}");
+    // A user-defined type is shown as the hex of its bytes.
+    let readings = stdout_of(
+        sheaf()
+            .args(["dump", "--cf", "sets", "--table", "readings"])
+            .arg(&f.path),
+    );
+    assert_eq!(
+        readings,
+        "{\"key\":\"7ffffffb01\",\"value\":\"01fbffffff\"}\n{\"key\":\"8000001402\",\"value\":\"00\"}\n"
+    );
+    let hex = stdout_of(
+        sheaf()
+            .args(["dump", "--table", "users", "--format", "hex"])
+            .arg(&f.path),
+    );
+    assert_eq!(
+        hex.lines().take(2).collect::<Vec<_>>(),
+        [
+            "# cf \"default\" table \"users\" key \"str\" value \"u64\"",
+            "616461 2400000000000000"
+        ]
+    );
+}
+
+#[test]
+fn a_whole_dump_names_cf_and_table_on_every_line() {
+    let _serial = serial();
+    let f = fixture();
+    let all = stdout_of(sheaf().arg("dump").arg(&f.path));
+    let mut per_table = std::collections::BTreeMap::new();
+    for line in all.lines() {
+        let j: Json = serde_json::from_str(line).unwrap();
+        let key = (
+            j["cf"].as_str().unwrap().to_string(),
+            j["table"].as_str().unwrap().to_string(),
+        );
+        assert!(j.get("key").is_some() && j.get("value").is_some(), "{line}");
+        *per_table.entry(key).or_insert(0u64) += 1;
+    }
+    let expected: std::collections::BTreeMap<_, _> = TABLES
+        .iter()
+        .map(|(c, t, _, _, n)| ((c.to_string(), t.to_string()), *n))
+        .collect();
+    assert_eq!(per_table, expected);
+    let one_cf = stdout_of(
+        sheaf()
+            .args(["dump", "--cf", "metrics", "--format", "csv"])
+            .arg(&f.path),
+    );
+    assert!(one_cf.starts_with("cf,table,key,value\n"), "{one_cf}");
+    assert_eq!(one_cf.lines().count(), 1 + 8);
+    // Such a dump does not load into one table.
+    let out = tempfile::tempdir().unwrap();
+    let dst = out.path().join("dst.sheaf");
+    fails(
+        sheaf()
+            .args([
+                "load",
+                "--table",
+                "t",
+                "--key-type",
+                "u8",
+                "--value-type",
+                "u8",
+            ])
+            .arg(&dst)
+            .write_stdin(all),
+        2,
+        "dump one table with --table",
+    );
+    fails(
+        sheaf().args(["dump", "--cf", "nope"]).arg(&f.path),
+        2,
+        "no column family \"nope\"",
+    );
+    fails(
+        sheaf().args(["dump", "--table", "nope"]).arg(&f.path),
+        2,
+        "no table \"nope\" in column family \"default\"",
+    );
+}
+
+/// Raw (key, value) bytes of a table.
+fn raw_entries(path: &Path, cf: &str, table: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let db = Database::open_read_only(path).unwrap();
+    let cf = db.cf(cf).unwrap();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_untyped_table_in(&cf, table).unwrap();
+    t.iter()
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (k.value().to_vec(), v.value().to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn dump_load_dump_round_trips_every_table_in_every_format() {
+    let _serial = serial();
+    let f = fixture();
+    let out = tempfile::tempdir().unwrap();
+    for (i, format) in ["jsonl", "csv", "hex"].into_iter().enumerate() {
+        let dst = out.path().join(format!("copy{i}.sheaf"));
+        for (cf, table, key_type, value_type, entries) in TABLES {
+            let dump = |path: &Path| {
+                stdout_of(
+                    sheaf()
+                        .args(["dump", "--cf", cf, "--table", table, "--format", format])
+                        .arg(path),
+                )
+            };
+            let first = dump(&f.path);
+            let loaded = stdout_of(
+                sheaf()
+                    .args(["load", "--cf", cf, "--table", table, "--format", format])
+                    .args(["--key-type", key_type, "--value-type", value_type])
+                    .arg(&dst)
+                    .write_stdin(first.clone()),
+            );
+            assert!(
+                loaded.contains(&format!("loaded {entries} rows into table \"{table}\"")),
+                "{loaded}"
+            );
+            let second = dump(&dst);
+            assert_eq!(first, second, "{format} {cf}/{table}");
+            // NaN keeps no payload through text; everything else is the
+            // same bytes.
+            if table != "samples" {
+                assert_eq!(
+                    raw_entries(&f.path, cf, table),
+                    raw_entries(&dst, cf, table),
+                    "{format} {cf}/{table}"
+                );
+            }
+        }
+        sheaf().arg("check").arg(&dst).assert().success();
+    }
+}
+
+#[test]
+fn load_uses_the_table_types_and_checks_its_input() {
+    let _serial = serial();
+    let f = fixture();
+    // An existing table: its own types, no flags needed.
+    let loaded = stdout_of(
+        sheaf()
+            .args(["load", "--table", "users"])
+            .arg(&f.path)
+            .write_stdin("{\"key\":\"zed\",\"value\":1}\n\n{\"key\":\"ada\",\"value\":37}\n"),
+    );
+    assert!(loaded.contains("loaded 2 rows"), "{loaded}");
+    let users = stdout_of(sheaf().args(["dump", "--table", "users"]).arg(&f.path));
+    assert!(users.contains("{\"key\":\"ada\",\"value\":37}"), "{users}");
+    assert!(users.contains("{\"key\":\"zed\",\"value\":1}"), "{users}");
+    // Types that differ from the table's.
+    fails(
+        sheaf()
+            .args([
+                "load",
+                "--table",
+                "users",
+                "--key-type",
+                "u64",
+                "--value-type",
+                "u64",
+            ])
+            .arg(&f.path)
+            .write_stdin(""),
+        2,
+        "stores <str, u64>",
+    );
+    // A new table needs its types.
+    fails(
+        sheaf()
+            .args(["load", "--table", "fresh"])
+            .arg(&f.path)
+            .write_stdin(""),
+        2,
+        "give --key-type and --value-type",
+    );
+    // Bad rows name their line; earlier transactions stay.
+    let err = fails(
+        sheaf()
+            .args(["load", "--table", "users", "--batch", "1"])
+            .arg(&f.path)
+            .write_stdin("{\"key\":\"k1\",\"value\":1}\n{\"key\":\"k2\",\"value\":-1}\n"),
+        2,
+        "line 2: value:",
+    );
+    assert!(
+        err.contains("1 row was committed before it, in 1 transaction"),
+        "{err}"
+    );
+    for (format, input, msg) in [
+        ("jsonl", "not json\n", "line 1: not JSON"),
+        ("jsonl", "{\"key\":\"a\"}\n", "line 1: no \"value\" field"),
+        (
+            "jsonl",
+            "{\"key\":1,\"value\":1}\n",
+            "line 1: key: expected a string",
+        ),
+        ("csv", "k,v\n", "line 1: expected the header line key,value"),
+        ("csv", "key,value\nonly\n", "line 2: expected 2 cells"),
+        (
+            "csv",
+            "key,value\na,x\n",
+            "line 2: value: \"x\" is not an integer",
+        ),
+        ("hex", "61 zz\n", "line 1: value:"),
+        ("hex", "61 0100\n", "line 1: value: u64 needs 8 bytes"),
+    ] {
+        fails(
+            sheaf()
+                .args(["load", "--table", "users", "--format", format])
+                .arg(&f.path)
+                .write_stdin(input),
+            2,
+            msg,
+        );
+    }
+    sheaf().arg("check").arg(&f.path).assert().success();
+}
+
+#[test]
+fn load_commits_in_batches_and_creates_what_is_missing() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join("new.sheaf");
+    let input: String = (0..250u32)
+        .map(|i| format!("{{\"key\":[{i},null],\"value\":\"{i:x}\"}}\n"))
+        .collect();
+    let loaded = stdout_of(
+        sheaf()
+            .args(["load", "--cf", "fresh", "--table", "t", "--batch", "100"])
+            .args(["--key-type", "(u32, Option<str>)", "--value-type", "str"])
+            .arg(&dst)
+            .write_stdin(input),
+    );
+    assert_eq!(
+        loaded,
+        "loaded 250 rows into table \"t\" of column family \"fresh\" (3 transactions)\n"
+    );
+    let json: Json =
+        serde_json::from_str(&stdout_of(sheaf().arg("info").arg("--json").arg(&dst))).unwrap();
+    let cf = &json["column_families"][1];
+    assert_eq!(cf["name"], "fresh");
+    assert_eq!(cf["tables"][0]["key_type"], "(u32,Option<str>)");
+    assert_eq!(cf["tables"][0]["entries"], 250);
+    assert_eq!(json["clean"], true);
+    // One transaction for everything.
+    let loaded = stdout_of(
+        sheaf()
+            .args(["load", "--cf", "fresh", "--table", "t", "--batch", "0"])
+            .arg(&dst)
+            .write_stdin("{\"key\":[1000,\"x\"],\"value\":\"y\"}\n".repeat(3)),
+    );
+    assert!(
+        loaded.contains("loaded 3 rows") && loaded.ends_with("(1 transaction)\n"),
+        "{loaded}"
+    );
+}
+
+#[test]
+fn compact_keeps_the_data_and_backup_is_not_supported_yet() {
+    let _serial = serial();
+    let f = fixture();
+    let dest = f.dir.path().join("backup.sheaf");
+    let before = stdout_of(sheaf().arg("dump").arg(&f.path));
+    let out = stdout_of(sheaf().arg("compact").arg(&f.path));
+    assert!(
+        out.contains("compacted from") || out.contains("nothing to compact"),
+        "{out}"
+    );
+    assert_eq!(stdout_of(sheaf().arg("dump").arg(&f.path)), before);
+    sheaf().arg("check").arg(&f.path).assert().success();
+    let err = fails(sheaf().arg("backup").arg(&f.path).arg(&dest), 2, "backup");
+    assert_eq!(
+        err,
+        "sheaf: backup is not supported by this version of sheafdb\n"
+    );
+    assert!(!dest.exists());
+    // Errors about the files come first.
+    fails(
+        sheaf()
+            .arg("backup")
+            .arg(f.dir.path().join("none"))
+            .arg(&dest),
+        2,
+        "no such file",
+    );
+    fails(
+        sheaf().arg("backup").arg(&f.path).arg(&f.path),
+        2,
+        "already exists",
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_a_dump_quietly() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.sheaf");
+    {
+        let db = Database::create(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(USERS).unwrap();
+            for k in 0..50_000u64 {
+                t.insert(format!("user{k:08}").as_str(), k).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sheaf"))
+        .args(["dump", "--table", "users"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The read end is dropped here: later writes fail with EPIPE.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

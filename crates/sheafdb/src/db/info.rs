@@ -1,0 +1,89 @@
+//! File-level facts about an open database ([`FileInfo`]), for tools such
+//! as `sheaf info`: the format, the durable superblock, the files' sizes
+//! and what the open replayed.
+//!
+//! Everything here is read from state the database already keeps (the
+//! system state under the checkpoint lock, the WAL's layout, the data
+//! file's length); nothing is written, so it works on a read-only open.
+
+use std::sync::atomic::Ordering;
+
+use super::{Database, DbShared};
+use crate::error::Result;
+use crate::format::FORMAT_VERSION;
+use crate::wal::FIRST_LSN;
+
+/// What [`Database::file_info`] reports about the data file and its WAL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileInfo {
+    /// On-disk format version of the data file (this build reads and
+    /// writes only its own).
+    pub format_version: u32,
+    /// Page size of the file in bytes (fixed at creation).
+    pub page_size: u32,
+    /// Generation of the current superblock: how many checkpoints the
+    /// file has seen since it was created.
+    pub generation: u64,
+    /// WAL position (LSN) replay starts from at the next open: every
+    /// commit below it is in the data file.
+    pub replay_start_lsn: u64,
+    /// WAL position the next record would get (the end of the log).
+    pub wal_end_lsn: u64,
+    /// Length of the data file in bytes, as the file system reports it.
+    pub file_bytes: u64,
+    /// Length of the data file as the last checkpoint recorded it (extent
+    /// space included; the file may be shorter where extents were never
+    /// written).
+    pub recorded_file_bytes: u64,
+    /// Bytes of the WAL segment files.
+    pub wal_bytes: u64,
+    /// Number of WAL segment files.
+    pub wal_segments: u64,
+    /// WAL records the open replayed (in memory only for a read-only open).
+    pub replayed_records: u64,
+    /// True if the open replayed no record: the last close was clean (or
+    /// everything committed before a crash had been checkpointed).
+    pub clean: bool,
+    /// True if the database was opened read-only.
+    pub read_only: bool,
+}
+
+impl DbShared {
+    fn file_info(&self) -> Result<FileInfo> {
+        let (generation, replay_lsn) = {
+            let sys = self.ckpt.sys.lock();
+            (sys.generation, sys.replay_lsn)
+        };
+        let page_size = self.space.pager.page_size();
+        let file_pages = self.space.extents.lock().file_pages();
+        let file_bytes = self.space.pager.storage().len()?;
+        let wal = self.wal();
+        let replayed = self.replayed_records.load(Ordering::Relaxed);
+        Ok(FileInfo {
+            format_version: FORMAT_VERSION,
+            page_size: u32::try_from(page_size).expect("page sizes are at most 64 KiB"),
+            generation,
+            replay_start_lsn: replay_lsn.max(FIRST_LSN).0,
+            wal_end_lsn: wal.next_lsn().0,
+            file_bytes,
+            recorded_file_bytes: file_pages * page_size as u64,
+            wal_bytes: wal.file_bytes(),
+            wal_segments: wal.segment_files() as u64,
+            replayed_records: replayed,
+            clean: replayed == 0,
+            read_only: self.health.is_read_only(),
+        })
+    }
+}
+
+impl Database {
+    /// Facts about the data file and its WAL: format version, page size,
+    /// superblock generation, replay start, file sizes, and how many WAL
+    /// records this open replayed. Waits for a checkpoint in progress (it
+    /// reads the system state the checkpoint holds); writes nothing.
+    pub fn file_info(&self) -> Result<FileInfo> {
+        self.shared.health.check_not_closed()?;
+        self.shared.file_info()
+    }
+}

@@ -1,0 +1,305 @@
+//! What tools such as the `sheaf` command line need from the library
+//! (issue 15): `Database::file_info`, table listings with type names and
+//! counts, untyped table access, the dynamic codec over a real database,
+//! and `check_integrity_with`'s progress.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::builder;
+use sheafdb::storage::sim::{CrashPolicy, SimVfs};
+use sheafdb::table::dynamic::{DynType, DynValue};
+use sheafdb::{Database, Durability, Error, Result, TableDefinition, TableInfo};
+
+const USERS: TableDefinition<&str, u64> = TableDefinition::new("users");
+const EVENTS: TableDefinition<(u64, &str), Option<(u32, String)>> = TableDefinition::new("events");
+const FLAGS: TableDefinition<(bool, Option<String>, i16), f64> = TableDefinition::new("flags");
+
+fn fill(db: &Database) -> Result<()> {
+    let tx = db.begin_write()?;
+    {
+        let mut users = tx.open_table(USERS)?;
+        for (i, name) in ["ada", "bob", "cy"].iter().enumerate() {
+            users.insert(*name, i as u64 * 10)?;
+        }
+        let mut events = tx.open_table(EVENTS)?;
+        events.insert((2, "b\0c"), Some((7, "seven".to_string())))?;
+        events.insert((1, "a"), None)?;
+    }
+    tx.commit()?;
+    let other = db.cf_or_create("other")?;
+    let tx = other.begin_write()?;
+    {
+        let mut flags = tx.open_table(FLAGS)?;
+        flags.insert((true, None, -3), 1.5)?;
+        flags.insert((false, Some("x".into()), 3), f64::NAN)?;
+        flags.insert((true, Some(String::new()), i16::MIN), -0.0)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+#[test]
+fn file_info_describes_the_file_and_the_replay() -> Result<()> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("i.sheaf");
+    let db = Database::builder().page_size(8192).create(&path)?;
+    let created = db.file_info()?;
+    assert_eq!(created.format_version, 2);
+    assert_eq!(created.page_size, 8192);
+    assert!(created.clean && created.replayed_records == 0);
+    assert!(!created.read_only);
+    assert_eq!(created.file_bytes, std::fs::metadata(&path).unwrap().len());
+    assert!(created.recorded_file_bytes >= 2 * 8192);
+    fill(&db)?;
+    db.checkpoint()?;
+    let after = db.file_info()?;
+    assert!(
+        after.generation > created.generation,
+        "{after:?} {created:?}"
+    );
+    assert!(after.replay_start_lsn > created.replay_start_lsn);
+    assert!(after.wal_end_lsn >= after.replay_start_lsn);
+    db.close()?;
+
+    let db = Database::open_read_only(&path)?;
+    let info = db.file_info()?;
+    assert!(info.read_only && info.clean, "{info:?}");
+    assert_eq!(info.page_size, 8192);
+    assert_eq!(info.file_bytes, std::fs::metadata(&path).unwrap().len());
+    let wal_files: Vec<u64> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("i.sheaf-wal."))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert_eq!(info.wal_segments, wal_files.len() as u64, "{info:?}");
+    assert_eq!(info.wal_bytes, wal_files.iter().sum::<u64>(), "{info:?}");
+    drop(db);
+    Ok(())
+}
+
+#[test]
+fn file_info_counts_replayed_records_after_a_crash() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), "c.sheaf")?;
+    for k in 0..20u64 {
+        let mut tx = db.begin_write()?;
+        tx.set_durability(Durability::Immediate);
+        tx.open_table(USERS)?.insert(format!("u{k}").as_str(), k)?;
+        tx.commit()?;
+    }
+    let crashed = vfs.crash_with(3, CrashPolicy::KeepAll);
+    std::mem::forget(db);
+    let ro = builder()
+        .read_only(true)
+        .open_with_vfs(Arc::new(crashed.clone()), "c.sheaf")?;
+    let info = ro.file_info()?;
+    assert_eq!(info.replayed_records, 20, "{info:?}");
+    assert!(!info.clean);
+    assert_eq!(info.replayed_records, ro.replayed_records());
+    drop(ro);
+    // A read-write open replays the same records; after its clean close
+    // nothing is left to replay.
+    let rw = builder().open_with_vfs(Arc::new(crashed.clone()), "c.sheaf")?;
+    assert_eq!(rw.file_info()?.replayed_records, 20);
+    rw.close()?;
+    let again = builder().open_with_vfs(Arc::new(crashed), "c.sheaf")?;
+    assert!(again.file_info()?.clean);
+    Ok(())
+}
+
+fn info(name: &str, key: &str, value: &str, entries: u64) -> (String, String, String, u64) {
+    (name.into(), key.into(), value.into(), entries)
+}
+
+fn flat(t: &TableInfo) -> (String, String, String, u64) {
+    (
+        t.name.clone(),
+        t.key_type.clone(),
+        t.value_type.clone(),
+        t.entries,
+    )
+}
+
+#[test]
+fn tables_are_listed_with_types_and_counts() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder().create_with_vfs(Arc::new(vfs), "t.sheaf")?;
+    fill(&db)?;
+    let rx = db.begin_read()?;
+    let listed: Vec<_> = rx.list_table_info()?.iter().map(flat).collect();
+    assert_eq!(
+        listed,
+        [
+            info("events", "(u64,str)", "Option<(u32,str)>", 2),
+            info("users", "str", "u64", 3),
+        ]
+    );
+    let other = db.cf("other")?;
+    let listed: Vec<_> = rx.list_table_info_in(&other)?.iter().map(flat).collect();
+    assert_eq!(listed, [info("flags", "(bool,Option<str>,i16)", "f64", 3)]);
+    assert_eq!(
+        flat(&rx.table_info("users")?),
+        info("users", "str", "u64", 3)
+    );
+    assert!(matches!(
+        rx.table_info("nope"),
+        Err(Error::TableNotFound(_))
+    ));
+    // Counts include buffered commits and a CF snapshot sees the same.
+    let tx = db.begin_write()?;
+    tx.open_table(USERS)?.remove("bob")?;
+    tx.commit()?;
+    let rx = db.default_cf()?.begin_read()?;
+    assert_eq!(rx.table_info("users")?.entries, 2);
+    Ok(())
+}
+
+#[test]
+fn untyped_reads_see_the_stored_encodings_in_key_order() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder().create_with_vfs(Arc::new(vfs), "u.sheaf")?;
+    fill(&db)?;
+    let rx = db.begin_read()?;
+    let events = rx.open_untyped_table("events")?;
+    let ty = rx.table_info("events")?;
+    let (kt, vt) = (
+        DynType::parse(&ty.key_type).unwrap(),
+        DynType::parse(&ty.value_type).unwrap(),
+    );
+    let typed = rx.open_table(EVENTS)?;
+    let mut n = 0;
+    for (raw, typed) in events.iter()?.zip(typed.iter()?) {
+        let ((rk, rv), (tk, tv)) = (raw?, typed?);
+        assert_eq!(rk.value(), tk.raw_bytes());
+        assert_eq!(rv.value(), tv.raw_bytes());
+        let k = kt.decode_key(rk.value())?;
+        let v = vt.decode_value(rv.value())?;
+        let (id, name) = tk.value();
+        assert_eq!(
+            k,
+            DynValue::Tuple(vec![
+                DynValue::Unsigned(id.into()),
+                DynValue::Str(name.into())
+            ])
+        );
+        match tv.value() {
+            None => assert_eq!(v, DynValue::Option(None)),
+            Some((x, s)) => assert_eq!(
+                v,
+                DynValue::Option(Some(Box::new(DynValue::Tuple(vec![
+                    DynValue::Unsigned(x.into()),
+                    DynValue::Str(s)
+                ]))))
+            ),
+        }
+        n += 1;
+    }
+    assert_eq!(n, 2);
+    assert_eq!(events.len()?, 2);
+    let other = db.cf("other")?;
+    assert_eq!(rx.open_untyped_table_in(&other, "flags")?.len()?, 3);
+    assert!(matches!(
+        rx.open_untyped_table("flags"),
+        Err(Error::TableNotFound(_))
+    ));
+    Ok(())
+}
+
+#[test]
+fn untyped_writes_check_type_names_and_read_back_typed() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder().create_with_vfs(Arc::new(vfs), "w.sheaf")?;
+    fill(&db)?;
+    let kt = DynType::parse("(u64,str)").unwrap();
+    let vt = DynType::parse("Option<(u32,str)>").unwrap();
+    let tx = db.begin_write()?;
+    {
+        let r = tx.open_untyped_table("events", "u64", "Option<(u32,str)>");
+        assert!(matches!(r, Err(Error::TableTypeMismatch { .. })), "{r:?}");
+        let mut events = tx.open_untyped_table("events", "(u64,str)", "Option<(u32,str)>")?;
+        let key = DynValue::Tuple(vec![DynValue::Unsigned(0), DynValue::Str("z".into())]);
+        let value = DynValue::Option(Some(Box::new(DynValue::Tuple(vec![
+            DynValue::Unsigned(9),
+            DynValue::Str("nine".into()),
+        ]))));
+        events.insert(
+            kt.encode_key(&key)?.as_slice(),
+            vt.encode_value(&value)?.as_slice(),
+        )?;
+        // A new table gets the given type names.
+        let mut fresh = tx.open_untyped_table("fresh", "i32", "[u8;2]")?;
+        let k = DynType::parse("i32")
+            .unwrap()
+            .encode_key(&DynValue::Signed(-5))?;
+        fresh.insert(k.as_slice(), [1u8, 2].as_slice())?;
+    }
+    tx.commit()?;
+    let rx = db.begin_read()?;
+    let events = rx.open_table(EVENTS)?;
+    assert_eq!(events.len()?, 3);
+    assert_eq!(
+        events.first()?.unwrap().1.value(),
+        Some((9, "nine".to_string()))
+    );
+    let fresh: TableDefinition<i32, [u8; 2]> = TableDefinition::new("fresh");
+    assert_eq!(rx.open_table(fresh)?.get(-5)?.unwrap().value(), [1, 2]);
+    // In a multi-CF transaction too.
+    let other = db.cf("other")?;
+    let default = db.default_cf()?;
+    let tx = db.begin_write_cfs(&[&default, &other])?;
+    {
+        let mut t = tx.open_untyped_table(&other, "flags", "(bool,Option<str>,i16)", "f64")?;
+        let k = DynType::parse("(bool,Option<str>,i16)")
+            .unwrap()
+            .encode_key(&DynValue::Tuple(vec![
+                DynValue::Bool(false),
+                DynValue::Option(None),
+                DynValue::Signed(0),
+            ]))?;
+        t.insert(k.as_slice(), 2.5f64.to_bits().to_le_bytes().as_slice())?;
+    }
+    tx.commit()?;
+    let flags = db.begin_read()?.open_table_in(&other, FLAGS)?;
+    assert_eq!(flags.get((false, None, 0))?.unwrap().value(), 2.5);
+    Ok(())
+}
+
+#[test]
+fn check_progress_counts_every_page_in_use() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder().create_with_vfs(Arc::new(vfs), "p.sheaf")?;
+    fill(&db)?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(TableDefinition::<u64, &[u8]>::new("big"))?;
+        for k in 0..3000u64 {
+            t.insert(k, [7u8; 100].as_slice())?;
+        }
+        t.insert(u64::MAX, vec![1u8; 20_000].as_slice())?;
+    }
+    tx.commit()?;
+    db.checkpoint()?;
+    let mut calls = Vec::new();
+    let report = db.check_integrity_with(&mut |done, total| calls.push((done, total)))?;
+    let total = calls[0].1;
+    assert_eq!(calls[0], (0, total));
+    assert_eq!(*calls.last().unwrap(), (total, total));
+    assert!(calls
+        .windows(2)
+        .all(|w| w[0].0 <= w[1].0 && w[0].1 == w[1].1));
+    assert_eq!(total, report.pages_in_use, "{report:?}");
+    assert!(calls.len() > 50, "{} reports", calls.len());
+    assert_eq!(db.check_integrity()?, report);
+
+    let cf = db.default_cf()?;
+    let mut last = (0, 0);
+    let r = cf.check_integrity_with(&mut |done, total| last = (done, total))?;
+    assert_eq!(last, (r.pages_in_use, r.pages_in_use));
+    assert_eq!(cf.stats()?.pages_in_use, r.pages_in_use);
+    Ok(())
+}
