@@ -412,6 +412,18 @@ fn extents_overlap(img: &mut Image) -> bool {
     true
 }
 
+fn table_root_empty_with_entries(img: &mut Image) -> bool {
+    edit_table_meta(img, 8, |_, _, _| 0)
+}
+
+fn table_count_near_i64_max(img: &mut Image) -> bool {
+    edit_table_meta(img, 16, |_, _, _| i64::MAX as u64 - 1)
+}
+
+fn table_count_u64_max(img: &mut Image) -> bool {
+    edit_table_meta(img, 16, |_, _, _| u64::MAX)
+}
+
 const CASES: &[Case] = &[
     ("overflow run shared by two cells", overflow_alias),
     ("overflow pointer at a leaf page", overflow_at_a_leaf),
@@ -441,6 +453,12 @@ const CASES: &[Case] = &[
     ),
     ("free list names a live page", free_list_names_a_live_page),
     ("extents overlap", extents_overlap),
+    (
+        "table root empty but entries counted",
+        table_root_empty_with_entries,
+    ),
+    ("table entry count near i64::MAX", table_count_near_i64_max),
+    ("table entry count u64::MAX", table_count_u64_max),
 ];
 
 fn acceptable(e: &Error) -> bool {

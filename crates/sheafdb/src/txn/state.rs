@@ -34,8 +34,8 @@ pub(crate) const SPILL_BYTES: u64 = 4 << 20;
 
 /// `Corrupted` unless a tree's entry count is `expected`: reads and writes
 /// of the tree disagreed on which keys exist (a tree the file damaged).
-fn check_count(what: &str, root: &TreeRoot, expected: i64) -> Result<()> {
-    if root.len as i64 != expected {
+fn check_count(what: &str, root: &TreeRoot, expected: i128) -> Result<()> {
+    if i128::from(root.len) != expected {
         return Err(Error::corrupted(
             format!("{what}: {} entries, expected {expected}", root.len),
             "table tree",
@@ -359,7 +359,8 @@ impl WriteState {
         self.load_table(name)?;
         let t = self.tables.get_mut(name).expect("loaded above");
         let mut root = t.root();
-        let expected = t.meta.len as i64 + base.delta(t.meta.id);
+        // The count comes from the file: wide arithmetic, no overflow.
+        let expected = i128::from(t.meta.len) + i128::from(base.delta(t.meta.id));
         let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes);
         t.set_root(root);
         applied?;
@@ -431,7 +432,7 @@ impl WriteState {
         let mut root = table.root();
         // Blind writes (replay) have no count to check: applying them
         // counts what they added and removed.
-        let expected = writes.delta().map(|d| root.len as i64 + d);
+        let expected = writes.delta().map(|d| i128::from(root.len) + i128::from(d));
         let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes.into_sorted());
         table.set_root(root);
         applied?;
