@@ -190,6 +190,19 @@ fn overflow_past_the_file(img: &mut Image) -> bool {
     false
 }
 
+/// An overflow pointer whose run would pass the last page id.
+fn overflow_at_the_last_page_id(img: &mut Image) -> bool {
+    for leaf in img.user_pages(TYPE_LEAF) {
+        if let Some(c) = img.leaf_cells(leaf).iter().find(|c| c.overflow.is_some()) {
+            let klen = img.u16_at(c.at);
+            img.set_u64(c.at + 7 + klen, u64::MAX);
+            img.reseal(leaf);
+            return true;
+        }
+    }
+    false
+}
+
 /// Edits child pointer `from` of the first user branch with two or more
 /// cells to the value `to(img, branch)` gives.
 fn edit_child(img: &mut Image, from: usize, to: impl Fn(&Image, u64) -> u64) -> bool {
@@ -229,6 +242,11 @@ fn child_cycle(img: &mut Image) -> bool {
 fn child_past_the_file(img: &mut Image) -> bool {
     let past = (img.bytes.len() / PS) as u64 + 7;
     edit_child(img, 1, move |_, _| past)
+}
+
+/// A child id whose byte offset does not fit in a u64.
+fn child_at_a_huge_page_id(img: &mut Image) -> bool {
+    edit_child(img, 1, |_, _| 1 << 60)
 }
 
 fn child_at_an_overflow_run(img: &mut Image) -> bool {
@@ -428,11 +446,16 @@ const CASES: &[Case] = &[
     ("overflow run shared by two cells", overflow_alias),
     ("overflow pointer at a leaf page", overflow_at_a_leaf),
     ("overflow pointer past the file", overflow_past_the_file),
+    (
+        "overflow pointer at the last page id",
+        overflow_at_the_last_page_id,
+    ),
     ("child shared by two branch cells", sibling_alias),
     ("rightmost child is the first child", rightmost_is_first),
     ("child pointing at its own parent", child_cycle),
     ("child past the file", child_past_the_file),
     ("child at an overflow run", child_at_an_overflow_run),
+    ("child at a huge page id", child_at_a_huge_page_id),
     ("child in the system CF", child_in_the_system_cf),
     (
         "leaf lost a cell (entry count wrong)",

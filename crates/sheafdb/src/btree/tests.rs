@@ -1182,3 +1182,26 @@ fn a_leaf_too_full_for_its_first_cell_is_corrupt() {
     assert!(r.unwrap_err().is_corrupted());
 }
 
+/// An overflow pointer whose run passes the last page id: clearing the
+/// tree (a dropped table) marks the run's pages without reading it, and
+/// says `Corrupted` (the page arithmetic overflowed before).
+#[test]
+fn clearing_a_run_past_the_last_page_id_is_corrupt() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    insert(&mut s, &mut root, b"big", &[7u8; 6000]).unwrap();
+    s.commit();
+    let id = root.root.unwrap();
+    let at = {
+        let page = s.read_page(id).unwrap();
+        let n = node::NodeRef::parse(&page, id, PS).unwrap();
+        let cell = n.leaf_cell(0).unwrap();
+        assert!(matches!(cell.value, node::ValueLoc::Overflow { .. }));
+        cell.key_off + cell.key.len()
+    };
+    for (i, b) in u64::MAX.to_le_bytes().iter().enumerate() {
+        s.corrupt(id, at + i, *b);
+    }
+    s.lenient = true;
+    assert!(clear(&mut s, &mut root).unwrap_err().is_corrupted());
+}
