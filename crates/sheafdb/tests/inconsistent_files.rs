@@ -442,6 +442,43 @@ fn table_count_u64_max(img: &mut Image) -> bool {
     edit_table_meta(img, 16, |_, _, _| u64::MAX)
 }
 
+/// The free list's first range names the overflow run of `big_key(0)`,
+/// which the first small commit removes (and so frees) after allocating.
+fn free_list_names_a_live_overflow_run(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    let ranges = at + 4 + name_len + 5 * 8;
+    if img.u32_at(ranges) == 0 {
+        return false;
+    }
+    let Some(table_root) = catalog_root(img)
+        .and_then(|root| value_in(img, root, b"t"))
+        .map(|(_, at)| img.u64_at(at + 8))
+    else {
+        return false;
+    };
+    let run = tree_pages(img, table_root).into_iter().find_map(|p| {
+        if img.bytes[p as usize * PS + 4] != TYPE_LEAF {
+            return None;
+        }
+        img.leaf_cells(p).into_iter().find_map(|c| {
+            let klen = img.u16_at(c.at);
+            (img.bytes[c.at + 7..c.at + 7 + klen] == big_key(0)[..])
+                .then_some(c.overflow)
+                .flatten()
+        })
+    });
+    let Some(run) = run else {
+        return false;
+    };
+    img.set_u64(ranges + 4, run);
+    img.set_u64(ranges + 12, 2);
+    img.reseal(leaf);
+    true
+}
+
 const CASES: &[Case] = &[
     ("overflow run shared by two cells", overflow_alias),
     ("overflow pointer at a leaf page", overflow_at_a_leaf),
@@ -482,6 +519,10 @@ const CASES: &[Case] = &[
     ),
     ("table entry count near i64::MAX", table_count_near_i64_max),
     ("table entry count u64::MAX", table_count_u64_max),
+    (
+        "free list names a live overflow run",
+        free_list_names_a_live_overflow_run,
+    ),
 ];
 
 fn acceptable(e: &Error) -> bool {
