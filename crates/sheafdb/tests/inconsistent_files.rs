@@ -479,6 +479,29 @@ fn free_list_names_a_live_overflow_run(img: &mut Image) -> bool {
     true
 }
 
+/// CF 1's checkpoint LSN (descriptor field 4) near the end of the LSN
+/// space.
+fn checkpoint_lsn_near_u64_max(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    img.set_u64(at + 4 + name_len + 3 * 8, u64::MAX - 4096);
+    img.reseal(leaf);
+    true
+}
+
+/// CF 1's descriptor key names CF `u64::MAX` instead.
+fn descriptor_of_cf_u64_max(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    // The key ("C" + id) ends right before the value.
+    img.set_u64(at - 8, u64::MAX);
+    img.reseal(leaf);
+    true
+}
+
 const CASES: &[Case] = &[
     ("overflow run shared by two cells", overflow_alias),
     ("overflow pointer at a leaf page", overflow_at_a_leaf),
@@ -523,6 +546,11 @@ const CASES: &[Case] = &[
         "free list names a live overflow run",
         free_list_names_a_live_overflow_run,
     ),
+    (
+        "checkpoint LSN near the end of the LSN space",
+        checkpoint_lsn_near_u64_max,
+    ),
+    ("descriptor of CF u64::MAX", descriptor_of_cf_u64_max),
 ];
 
 fn acceptable(e: &Error) -> bool {
@@ -709,6 +737,102 @@ fn checksum_valid_inconsistencies_give_errors_not_panics() {
                     .unwrap_or_default();
                 failures.push(format!("{}: panicked: {msg}", case.0));
             }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Runs `f` on its own thread; `Err(message)` if it panicked.
+fn no_panic(f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::spawn(f).join().map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
+}
+
+/// Sets a field of both superblock slots (both, so open cannot fall back
+/// to the other slot).
+fn edit_superblocks(img: &mut Image, edit: impl Fn(&mut Superblock)) -> bool {
+    let mut edited = 0;
+    for slot in 0..2u8 {
+        let at = slot as usize * PS;
+        if let Ok(Some(mut sb)) = Superblock::decode(&img.bytes[at..at + SLOT_LEN], slot) {
+            edit(&mut sb);
+            img.bytes[at..at + SLOT_LEN].copy_from_slice(&sb.encode());
+            edited += 1;
+        }
+    }
+    edited > 0
+}
+
+/// Sets field `i` (0: catalog root, 1: count, 2: next table id, 3:
+/// checkpoint LSN, 4: version) of CF 1's descriptor.
+fn edit_descriptor(img: &mut Image, i: usize, v: u64) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    img.set_u64(at + 4 + name_len + i * 8, v);
+    img.reseal(leaf);
+    true
+}
+
+/// A counter the files name (an LSN, a version, a generation, a table or
+/// CF id) near the end of `u64`: the engine would count past it. Open
+/// refuses each; before, a commit, a table or CF creation or a checkpoint
+/// overflowed.
+#[test]
+fn counters_near_the_end_of_u64_are_refused() {
+    let files = build();
+    let edits: [Case; 6] = [
+        ("CF checkpoint LSN", checkpoint_lsn_near_u64_max),
+        ("superblock replay LSN", |img| {
+            edit_superblocks(img, |sb| {
+                sb.replay_lsn = sheafdb::testing::Lsn(u64::MAX - 4096)
+            })
+        }),
+        ("superblock generation", |img| {
+            edit_superblocks(img, |sb| sb.generation = u64::MAX)
+        }),
+        ("next CF id", |img| {
+            edit_superblocks(img, |sb| sb.next_cf = sheafdb::testing::CfId(u64::MAX))
+        }),
+        ("CF version", |img| edit_descriptor(img, 4, u64::MAX)),
+        ("next table id", |img| edit_descriptor(img, 2, u64::MAX)),
+    ];
+    let mut failures = Vec::new();
+    for (what, edit) in edits {
+        let mut img = Image {
+            bytes: files[NAME].clone(),
+        };
+        assert!(edit(&mut img), "{what}: nothing edited");
+        let vfs = restore(&files, &img);
+        let opened = Arc::new(std::sync::Mutex::new(None));
+        let seen = opened.clone();
+        let run = no_panic(move || {
+            let r = open(&vfs).map(|db| {
+                let tx = db.begin_write().unwrap();
+                tx.open_table(def("t"))
+                    .unwrap()
+                    .insert(b"k".as_slice(), b"v".as_slice())
+                    .unwrap();
+                let _ = tx.commit();
+                let _ = db.checkpoint();
+                let tx = db.begin_write().unwrap();
+                let _ = tx.open_table(def("new table")).map(drop);
+                let _ = tx.commit();
+                let _ = db.cf_or_create("new cf");
+                let _ = db.close();
+            });
+            *seen.lock().unwrap() = Some(r.map_err(|e| e.to_string()));
+        });
+        let r = opened.lock().unwrap().take();
+        match (run, r) {
+            (Err(panic), _) => failures.push(format!("{what}: panicked: {panic}")),
+            (Ok(()), Some(Err(e))) if e.contains("range") => {}
+            (Ok(()), r) => failures.push(format!("{what}: open gave {r:?}")),
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
