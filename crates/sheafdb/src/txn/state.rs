@@ -378,7 +378,13 @@ impl WriteState {
                     None => continue,
                 },
             };
-            names.insert(id, name);
+            if let Some(other) = names.insert(id, name) {
+                // Buffered writes of the two would go to one of them.
+                return Err(Error::corrupted(
+                    format!("tables {other:?} and another share id {id}"),
+                    "table catalog",
+                ));
+            }
         }
         Ok(names)
     }
@@ -423,11 +429,17 @@ impl WriteState {
         let Some(writes) = self.writes.take_table(id) else {
             return Ok(());
         };
-        let table = self
-            .tables
-            .values_mut()
+        // Writes are recorded only through a loaded table; a table renamed
+        // or created over (WAL records replay refuses) would leave them
+        // without one.
+        let table = (self.tables.values_mut())
             .find(|t| t.meta.id == id)
-            .expect("a table with pending writes has its state loaded");
+            .ok_or_else(|| {
+                Error::corrupted(
+                    format!("writes to table {id}, which has no state"),
+                    "table catalog",
+                )
+            })?;
         debug_assert!(!table.direct, "a direct table has pending writes");
         let mut root = table.root();
         // Blind writes (replay) have no count to check: applying them
