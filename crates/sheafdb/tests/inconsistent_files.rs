@@ -779,14 +779,24 @@ fn edit_descriptor(img: &mut Image, i: usize, v: u64) -> bool {
     true
 }
 
+/// The superblock and the metadata blob agree on a file length near the
+/// end of `u64` pages: a new extent would be claimed past it.
+fn file_length_near_u64_max(img: &mut Image) -> bool {
+    let pages = u64::MAX - 5;
+    let meta = superblock(img).meta_page.expect("a metadata blob").0;
+    img.set_u64(meta as usize * PS + 32, pages);
+    img.reseal(meta);
+    edit_superblocks(img, |sb| sb.file_pages = pages)
+}
+
 /// A counter the files name (an LSN, a version, a generation, a table or
-/// CF id) near the end of `u64`: the engine would count past it. Open
-/// refuses each; before, a commit, a table or CF creation or a checkpoint
-/// overflowed.
+/// CF id, the file length) near the end of `u64`: the engine would count
+/// past it. Open refuses each; before, a commit, a table or CF creation,
+/// an extent claim or a checkpoint overflowed.
 #[test]
 fn counters_near_the_end_of_u64_are_refused() {
     let files = build();
-    let edits: [Case; 6] = [
+    let edits: [Case; 7] = [
         ("CF checkpoint LSN", checkpoint_lsn_near_u64_max),
         ("superblock replay LSN", |img| {
             edit_superblocks(img, |sb| {
@@ -801,6 +811,7 @@ fn counters_near_the_end_of_u64_are_refused() {
         }),
         ("CF version", |img| edit_descriptor(img, 4, u64::MAX)),
         ("next table id", |img| edit_descriptor(img, 2, u64::MAX)),
+        ("file length in pages", file_length_near_u64_max),
     ];
     let mut failures = Vec::new();
     for (what, edit) in edits {
@@ -823,7 +834,15 @@ fn counters_near_the_end_of_u64_are_refused() {
                 let tx = db.begin_write().unwrap();
                 let _ = tx.open_table(def("new table")).map(drop);
                 let _ = tx.commit();
-                let _ = db.cf_or_create("new cf");
+                // A new CF's first pages need a new extent.
+                if let Ok(cf) = db.cf_or_create("new cf") {
+                    let tx = cf.begin_write().unwrap();
+                    if let Ok(mut t) = tx.open_table(def("x")) {
+                        let _ = t.insert(b"k".as_slice(), b"v".as_slice());
+                    }
+                    let _ = tx.commit();
+                    let _ = db.checkpoint();
+                }
                 let _ = db.close();
             });
             *seen.lock().unwrap() = Some(r.map_err(|e| e.to_string()));

@@ -264,6 +264,11 @@ impl Superblock {
                 "generation, next CF id or WAL replay LSN past its range",
             ));
         }
+        // Every page of the file (and of the extents claimed past it) has
+        // a byte offset that fits in a u64.
+        if self.file_pages > COUNTER_LIMIT / u64::from(self.page_size) {
+            return Err(bad("file length past its range"));
+        }
         Ok(())
     }
 }
