@@ -49,6 +49,13 @@ id_newtype!(
     Lsn
 );
 
+/// Above every value an engine counter reaches: versions, superblock
+/// generations, CF and table ids grow by one per commit, checkpoint or
+/// creation, and an LSN counts logged bytes (4 EiB). The decoders refuse
+/// larger values from the files, so the arithmetic on them (the next id,
+/// a WAL use's end) never overflows.
+pub const COUNTER_LIMIT: u64 = 1 << 62;
+
 impl CfId {
     /// Owner of the system tree, allocator metadata and superblocks.
     pub const SYSTEM: CfId = CfId(0);

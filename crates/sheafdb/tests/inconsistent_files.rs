@@ -190,6 +190,19 @@ fn overflow_past_the_file(img: &mut Image) -> bool {
     false
 }
 
+/// An overflow pointer whose run would pass the last page id.
+fn overflow_at_the_last_page_id(img: &mut Image) -> bool {
+    for leaf in img.user_pages(TYPE_LEAF) {
+        if let Some(c) = img.leaf_cells(leaf).iter().find(|c| c.overflow.is_some()) {
+            let klen = img.u16_at(c.at);
+            img.set_u64(c.at + 7 + klen, u64::MAX);
+            img.reseal(leaf);
+            return true;
+        }
+    }
+    false
+}
+
 /// Edits child pointer `from` of the first user branch with two or more
 /// cells to the value `to(img, branch)` gives.
 fn edit_child(img: &mut Image, from: usize, to: impl Fn(&Image, u64) -> u64) -> bool {
@@ -229,6 +242,11 @@ fn child_cycle(img: &mut Image) -> bool {
 fn child_past_the_file(img: &mut Image) -> bool {
     let past = (img.bytes.len() / PS) as u64 + 7;
     edit_child(img, 1, move |_, _| past)
+}
+
+/// A child id whose byte offset does not fit in a u64.
+fn child_at_a_huge_page_id(img: &mut Image) -> bool {
+    edit_child(img, 1, |_, _| 1 << 60)
 }
 
 fn child_at_an_overflow_run(img: &mut Image) -> bool {
@@ -412,15 +430,92 @@ fn extents_overlap(img: &mut Image) -> bool {
     true
 }
 
+fn table_root_empty_with_entries(img: &mut Image) -> bool {
+    edit_table_meta(img, 8, |_, _, _| 0)
+}
+
+fn table_count_near_i64_max(img: &mut Image) -> bool {
+    edit_table_meta(img, 16, |_, _, _| i64::MAX as u64 - 1)
+}
+
+fn table_count_u64_max(img: &mut Image) -> bool {
+    edit_table_meta(img, 16, |_, _, _| u64::MAX)
+}
+
+/// The free list's first range names the overflow run of `big_key(0)`,
+/// which the first small commit removes (and so frees) after allocating.
+fn free_list_names_a_live_overflow_run(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    let ranges = at + 4 + name_len + 5 * 8;
+    if img.u32_at(ranges) == 0 {
+        return false;
+    }
+    let Some(table_root) = catalog_root(img)
+        .and_then(|root| value_in(img, root, b"t"))
+        .map(|(_, at)| img.u64_at(at + 8))
+    else {
+        return false;
+    };
+    let run = tree_pages(img, table_root).into_iter().find_map(|p| {
+        if img.bytes[p as usize * PS + 4] != TYPE_LEAF {
+            return None;
+        }
+        img.leaf_cells(p).into_iter().find_map(|c| {
+            let klen = img.u16_at(c.at);
+            (img.bytes[c.at + 7..c.at + 7 + klen] == big_key(0)[..])
+                .then_some(c.overflow)
+                .flatten()
+        })
+    });
+    let Some(run) = run else {
+        return false;
+    };
+    img.set_u64(ranges + 4, run);
+    img.set_u64(ranges + 12, 2);
+    img.reseal(leaf);
+    true
+}
+
+/// CF 1's checkpoint LSN (descriptor field 4) near the end of the LSN
+/// space.
+fn checkpoint_lsn_near_u64_max(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    img.set_u64(at + 4 + name_len + 3 * 8, u64::MAX - 4096);
+    img.reseal(leaf);
+    true
+}
+
+/// CF 1's descriptor key names CF `u64::MAX` instead.
+fn descriptor_of_cf_u64_max(img: &mut Image) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    // The key ("C" + id) ends right before the value.
+    img.set_u64(at - 8, u64::MAX);
+    img.reseal(leaf);
+    true
+}
+
 const CASES: &[Case] = &[
     ("overflow run shared by two cells", overflow_alias),
     ("overflow pointer at a leaf page", overflow_at_a_leaf),
     ("overflow pointer past the file", overflow_past_the_file),
+    (
+        "overflow pointer at the last page id",
+        overflow_at_the_last_page_id,
+    ),
     ("child shared by two branch cells", sibling_alias),
     ("rightmost child is the first child", rightmost_is_first),
     ("child pointing at its own parent", child_cycle),
     ("child past the file", child_past_the_file),
     ("child at an overflow run", child_at_an_overflow_run),
+    ("child at a huge page id", child_at_a_huge_page_id),
     ("child in the system CF", child_in_the_system_cf),
     (
         "leaf lost a cell (entry count wrong)",
@@ -441,6 +536,21 @@ const CASES: &[Case] = &[
     ),
     ("free list names a live page", free_list_names_a_live_page),
     ("extents overlap", extents_overlap),
+    (
+        "table root empty but entries counted",
+        table_root_empty_with_entries,
+    ),
+    ("table entry count near i64::MAX", table_count_near_i64_max),
+    ("table entry count u64::MAX", table_count_u64_max),
+    (
+        "free list names a live overflow run",
+        free_list_names_a_live_overflow_run,
+    ),
+    (
+        "checkpoint LSN near the end of the LSN space",
+        checkpoint_lsn_near_u64_max,
+    ),
+    ("descriptor of CF u64::MAX", descriptor_of_cf_u64_max),
 ];
 
 fn acceptable(e: &Error) -> bool {
@@ -630,4 +740,357 @@ fn checksum_valid_inconsistencies_give_errors_not_panics() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Runs `f` on its own thread; `Err(message)` if it panicked.
+fn no_panic(f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::spawn(f).join().map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
+}
+
+/// Sets a field of both superblock slots (both, so open cannot fall back
+/// to the other slot).
+fn edit_superblocks(img: &mut Image, edit: impl Fn(&mut Superblock)) -> bool {
+    let mut edited = 0;
+    for slot in 0..2u8 {
+        let at = slot as usize * PS;
+        if let Ok(Some(mut sb)) = Superblock::decode(&img.bytes[at..at + SLOT_LEN], slot) {
+            edit(&mut sb);
+            img.bytes[at..at + SLOT_LEN].copy_from_slice(&sb.encode());
+            edited += 1;
+        }
+    }
+    edited > 0
+}
+
+/// Sets field `i` (0: catalog root, 1: count, 2: next table id, 3:
+/// checkpoint LSN, 4: version) of CF 1's descriptor.
+fn edit_descriptor(img: &mut Image, i: usize, v: u64) -> bool {
+    let Some((leaf, at)) = descriptor(img) else {
+        return false;
+    };
+    let name_len = img.u32_at(at) as usize;
+    img.set_u64(at + 4 + name_len + i * 8, v);
+    img.reseal(leaf);
+    true
+}
+
+/// The superblock and the metadata blob agree on a file length near the
+/// end of `u64` pages: a new extent would be claimed past it.
+fn file_length_near_u64_max(img: &mut Image) -> bool {
+    let pages = u64::MAX - 5;
+    let meta = superblock(img).meta_page.expect("a metadata blob").0;
+    img.set_u64(meta as usize * PS + 32, pages);
+    img.reseal(meta);
+    edit_superblocks(img, |sb| sb.file_pages = pages)
+}
+
+/// A counter the files name (an LSN, a version, a generation, a table or
+/// CF id, the file length) near the end of `u64`: the engine would count
+/// past it. Open refuses each; before, a commit, a table or CF creation,
+/// an extent claim or a checkpoint overflowed.
+#[test]
+fn counters_near_the_end_of_u64_are_refused() {
+    let files = build();
+    let edits: [Case; 7] = [
+        ("CF checkpoint LSN", checkpoint_lsn_near_u64_max),
+        ("superblock replay LSN", |img| {
+            edit_superblocks(img, |sb| {
+                sb.replay_lsn = sheafdb::testing::Lsn(u64::MAX - 4096)
+            })
+        }),
+        ("superblock generation", |img| {
+            edit_superblocks(img, |sb| sb.generation = u64::MAX)
+        }),
+        ("next CF id", |img| {
+            edit_superblocks(img, |sb| sb.next_cf = sheafdb::testing::CfId(u64::MAX))
+        }),
+        ("CF version", |img| edit_descriptor(img, 4, u64::MAX)),
+        ("next table id", |img| edit_descriptor(img, 2, u64::MAX)),
+        ("file length in pages", file_length_near_u64_max),
+    ];
+    let mut failures = Vec::new();
+    for (what, edit) in edits {
+        let mut img = Image {
+            bytes: files[NAME].clone(),
+        };
+        assert!(edit(&mut img), "{what}: nothing edited");
+        let vfs = restore(&files, &img);
+        let opened = Arc::new(std::sync::Mutex::new(None));
+        let seen = opened.clone();
+        let run = no_panic(move || {
+            let r = open(&vfs).map(|db| {
+                let tx = db.begin_write().unwrap();
+                tx.open_table(def("t"))
+                    .unwrap()
+                    .insert(b"k".as_slice(), b"v".as_slice())
+                    .unwrap();
+                let _ = tx.commit();
+                let _ = db.checkpoint();
+                let tx = db.begin_write().unwrap();
+                let _ = tx.open_table(def("new table")).map(drop);
+                let _ = tx.commit();
+                // A new CF's first pages need a new extent.
+                if let Ok(cf) = db.cf_or_create("new cf") {
+                    let tx = cf.begin_write().unwrap();
+                    if let Ok(mut t) = tx.open_table(def("x")) {
+                        let _ = t.insert(b"k".as_slice(), b"v".as_slice());
+                    }
+                    let _ = tx.commit();
+                    let _ = db.checkpoint();
+                }
+                let _ = db.close();
+            });
+            *seen.lock().unwrap() = Some(r.map_err(|e| e.to_string()));
+        });
+        let r = opened.lock().unwrap().take();
+        match (run, r) {
+            (Err(panic), _) => failures.push(format!("{what}: panicked: {panic}")),
+            (Ok(()), Some(Err(e))) if e.contains("range") => {}
+            (Ok(()), r) => failures.push(format!("{what}: open gave {r:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+// WAL records the engine never writes, appended with valid frames to the
+// log of a cleanly closed database (tables "t", id 1, and "u", id 2).
+// Replay must refuse each with `Corrupted`, never panic or apply it
+// silently.
+
+/// One op of a commit record (layout: `wal/record.rs`).
+enum WalOp<'a> {
+    Put(u64, &'a [u8], &'a [u8]),
+    CreateTable(u64, &'a str),
+    RenameTable(u64, &'a str),
+    CreateCf(&'a str),
+    DropCf,
+}
+
+fn field(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// One part of a commit record: a CF id and its ops.
+type Part<'a> = (u64, Vec<WalOp<'a>>);
+
+/// A commit payload with one part per `(cf, ops)`.
+fn commit_payload(parts: &[Part]) -> Vec<u8> {
+    let mut out = vec![1u8];
+    out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
+    for (cf, ops) in parts {
+        out.extend_from_slice(&cf.to_le_bytes());
+        out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+        for op in ops {
+            match op {
+                WalOp::Put(table, k, v) => {
+                    out.push(1);
+                    out.extend_from_slice(&table.to_le_bytes());
+                    field(&mut out, k);
+                    field(&mut out, v);
+                }
+                WalOp::CreateTable(table, name) => {
+                    out.push(4);
+                    out.extend_from_slice(&table.to_le_bytes());
+                    for f in [name.as_bytes(), b"bytes", b"bytes"] {
+                        field(&mut out, f);
+                    }
+                }
+                WalOp::RenameTable(table, name) => {
+                    out.push(6);
+                    out.extend_from_slice(&table.to_le_bytes());
+                    field(&mut out, name.as_bytes());
+                }
+                WalOp::CreateCf(name) => {
+                    out.push(7);
+                    field(&mut out, name.as_bytes());
+                }
+                WalOp::DropCf => out.push(8),
+            }
+        }
+    }
+    out
+}
+
+/// A cleanly closed database with tables "t" (id 1) and "u" (id 2).
+fn build_two_tables() -> Files {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), NAME)
+        .unwrap();
+    let tx = db.begin_write().unwrap();
+    for name in ["t", "u"] {
+        let mut t = tx.open_table(def(name)).unwrap();
+        for i in 0..50 {
+            t.insert(small_key(i).as_slice(), b"v".as_slice()).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db.close().unwrap();
+    files_of(&vfs)
+}
+
+/// `files` with `payloads` appended to the WAL as records after its end.
+fn with_records(files: &Files, payloads: &[Vec<u8>]) -> SimVfs {
+    let vfs = restore(
+        files,
+        &Image {
+            bytes: files[NAME].clone(),
+        },
+    );
+    let sb = superblock(&Image {
+        bytes: files[NAME].clone(),
+    });
+    let mut opts = sheafdb::testing::WalOptions::with_segment_bytes(256 * 1024);
+    opts.db_id = sb.db_id;
+    opts.generation = sb.generation;
+    let (wal, _) = sheafdb::testing::open_wal(
+        Arc::new(vfs.clone()),
+        NAME,
+        opts,
+        sb.replay_lsn,
+        &mut |_, _| Ok(()),
+    )
+    .unwrap();
+    for p in payloads {
+        wal.append(p).unwrap();
+    }
+    wal.sync().unwrap();
+    vfs
+}
+
+/// The control: a well-formed record is replayed into table "t".
+#[test]
+fn a_crafted_wal_record_is_replayed() {
+    let files = build_two_tables();
+    let vfs = with_records(
+        &files,
+        &[commit_payload(&[(
+            1,
+            vec![WalOp::Put(1, b"from-wal", b"w")],
+        )])],
+    );
+    let db = open(&vfs).unwrap();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_table(def("t")).unwrap();
+    let v = t.get(b"from-wal".as_slice()).unwrap().unwrap();
+    assert_eq!(v.value(), b"w");
+    assert_eq!(t.len().unwrap(), 51);
+}
+
+#[test]
+fn wal_records_no_commit_could_log_are_corrupt() {
+    let files = build_two_tables();
+    let long_key = vec![b'k'; 5000];
+    let cases: Vec<(&str, Vec<Part>)> = vec![
+        (
+            "create table with id u64::MAX",
+            vec![(1, vec![WalOp::CreateTable(u64::MAX, "x")])],
+        ),
+        (
+            "rename a table onto another, then write the other",
+            vec![(
+                1,
+                vec![WalOp::RenameTable(1, "u"), WalOp::Put(2, b"k", b"v")],
+            )],
+        ),
+        (
+            "create a table over an existing name, then write the old one",
+            vec![(
+                1,
+                vec![WalOp::CreateTable(3, "t"), WalOp::Put(1, b"k", b"v")],
+            )],
+        ),
+        (
+            "create a table with a live table's id",
+            vec![(
+                1,
+                vec![WalOp::CreateTable(2, "x"), WalOp::Put(2, b"k", b"v")],
+            )],
+        ),
+        (
+            "create a table with an empty name",
+            vec![(1, vec![WalOp::CreateTable(3, "")])],
+        ),
+        (
+            "a key longer than any page holds",
+            vec![(1, vec![WalOp::Put(1, &long_key, b"v")])],
+        ),
+        (
+            "create column family u64::MAX",
+            vec![(u64::MAX, vec![WalOp::CreateCf("z")])],
+        ),
+        (
+            "create the system column family",
+            vec![(0, vec![WalOp::CreateCf("z")])],
+        ),
+        (
+            "drop the default column family",
+            vec![(1, vec![WalOp::DropCf])],
+        ),
+        (
+            "create, drop and create again one column family id",
+            vec![
+                (5, vec![WalOp::CreateCf("z")]),
+                (5, vec![WalOp::DropCf]),
+                (5, vec![WalOp::CreateCf("z")]),
+            ],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, parts) in cases {
+        let vfs = with_records(&files, &[commit_payload(&parts)]);
+        let result = Arc::new(std::sync::Mutex::new(None));
+        let seen = result.clone();
+        let run = no_panic(move || {
+            let r = open(&vfs).map(|db| {
+                // Whatever open accepted must not panic later either.
+                read_all("after replay", &db);
+                let _ = db.checkpoint();
+                let _ = db.close();
+            });
+            *seen.lock().unwrap() = Some(r);
+        });
+        let opened = result.lock().unwrap().take();
+        match (run, opened) {
+            (Err(panic), _) => failures.push(format!("{what}: panicked: {panic}")),
+            (Ok(()), Some(Err(Error::Corrupted { .. }))) => {}
+            (Ok(()), r) => failures.push(format!("{what}: open gave {r:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Two catalog entries share a table id ("u" takes "t"'s): a buffered
+/// commit to "t" is keyed by that id, and the fold that writes it into
+/// the trees must not pick "u" for it. The fold says `Corrupted`; before,
+/// it wrote the key into "u" and "t" lost it.
+#[test]
+fn a_fold_refuses_two_tables_with_one_id() {
+    let files = build_two_tables();
+    let mut img = Image {
+        bytes: files[NAME].clone(),
+    };
+    let (leaf, at) = catalog_root(&img)
+        .and_then(|root| value_in(&img, root, b"u"))
+        .expect("table u's catalog entry");
+    assert_eq!(img.u64_at(at), 2, "u is table 2");
+    img.set_u64(at, 1);
+    img.reseal(leaf);
+    let vfs = restore(&files, &img);
+    let db = open(&vfs).unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_table(def("t"))
+        .unwrap()
+        .insert(b"only-in-t".as_slice(), b"v".as_slice())
+        .unwrap();
+    tx.commit().unwrap();
+    let r = db.checkpoint();
+    assert!(matches!(r, Err(Error::Corrupted { .. })), "{r:?}");
 }

@@ -73,10 +73,14 @@ fn build_fresh<S: PageWrite + ?Sized>(
     root: &mut TreeRoot,
     writes: &[BatchWrite],
 ) -> Result<usize> {
-    debug_assert!(
-        root.root.is_none() && root.len == 0,
-        "a fresh build over a tree"
-    );
+    debug_assert!(root.root.is_none(), "a fresh build over a tree");
+    if root.len != 0 {
+        // The catalog names no root page but counts entries.
+        return Err(Error::corrupted(
+            format!("an empty tree counts {} entries", root.len),
+            "tree root",
+        ));
+    }
     let mut values = Vec::new();
     for (k, v) in writes {
         if let Some(v) = v {
@@ -142,7 +146,8 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     let mut cells = Vec::with_capacity(n + (end - i));
     let mut frees = Vec::new();
     let (mut a, mut put) = (0, 0);
-    let mut len = root.len as i64;
+    // Wide enough for any count the file holds plus any batch.
+    let mut len = i128::from(root.len);
     for (k, v) in &writes[i..end] {
         while a < n && node.leaf_key(a)? < &k[..] {
             cells.push(NewCell::Raw {

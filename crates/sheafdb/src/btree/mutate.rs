@@ -510,6 +510,11 @@ fn split<S: PageWrite + ?Sized>(
     }
     cells.insert(pos, *cell);
     let no_split = || Error::corrupted_page(id, "no valid split point");
+    if cells.len() < 2 {
+        // Only a header that claims more bytes than its cells use makes
+        // a page refuse its first cell.
+        return Err(no_split());
+    }
     let k = if leaf {
         leaf_split_point(ps, &cells, pos, edge).ok_or_else(no_split)?
     } else {
@@ -793,13 +798,16 @@ fn fix_root<S: PageWrite + ?Sized>(
     root: &mut TreeRoot,
     mut childless: bool,
 ) -> Result<()> {
+    let mut expect = None;
     while let Some(id) = root.root {
         if childless {
             store.free(id, 1);
             root.root = None;
             break;
         }
-        let page = store.read_page(id)?;
+        // The root's level bounds the loop: each step goes one level down
+        // (a child pointer from the file may name its own branch).
+        let page = read_node(store, id, expect)?;
         let node = NodeRef::parse(&page, id, store.page_size())?;
         if node.is_leaf() {
             if node.count() == 0 {
@@ -813,6 +821,7 @@ fn fix_root<S: PageWrite + ?Sized>(
             break;
         }
         let only = node.child(0)?;
+        expect = Some(child_level(id, node.level())?);
         drop(page);
         store.free(id, 1);
         root.root = Some(only);

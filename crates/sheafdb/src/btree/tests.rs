@@ -1080,3 +1080,128 @@ fn a_batch_into_an_empty_tree_packs_its_pages() {
     eprintln!("random batches: {leaves} leaves, ideal {ideal}");
     assert!(leaves < 2 * ideal, "{leaves} leaves, ideal {ideal}");
 }
+
+fn put_batch(keys: &[Vec<u8>]) -> Vec<BatchWrite> {
+    keys.iter()
+        .map(|k| (Arc::from(&k[..]), Some(Arc::from(&b"v"[..]))))
+        .collect()
+}
+
+/// Entry counts come from the file: an empty tree that counts entries,
+/// and a count a batch would carry past `u64::MAX` (or past `i64::MAX`
+/// on the way), are `Corrupted`, never an assertion, an overflow or a
+/// count that wraps.
+#[test]
+fn entry_counts_the_file_makes_impossible_are_corrupt() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot { root: None, len: 5 };
+    let r = apply_sorted(&mut s, &mut root, &put_batch(&[b"a".to_vec()]));
+    assert!(r.unwrap_err().is_corrupted());
+
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    insert(&mut s, &mut root, b"a", b"v").unwrap();
+    s.commit();
+    let keys = [b"b".to_vec(), b"c".to_vec()];
+    // Past i64::MAX: still a count a u64 holds.
+    let mut big = TreeRoot {
+        len: i64::MAX as u64,
+        ..root
+    };
+    apply_sorted(&mut s.clone(), &mut big, &put_batch(&keys)).unwrap();
+    assert_eq!(big.len, i64::MAX as u64 + 2);
+    // Past u64::MAX: corrupt (it used to wrap to a small count).
+    let mut full = TreeRoot {
+        len: u64::MAX,
+        ..root
+    };
+    let r = apply_sorted(&mut s, &mut full, &put_batch(&keys));
+    assert!(r.unwrap_err().is_corrupted());
+}
+
+/// A branch without separators whose only child pointer names itself,
+/// reached when a removal leaves the root with one child: `Corrupted`
+/// (the root collapse followed the pointer forever, freeing the page each
+/// time).
+#[test]
+fn a_root_collapse_onto_a_self_pointing_branch_is_corrupt() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut i = 0u32;
+    let (left, right) = loop {
+        insert(&mut s, &mut root, &i.to_be_bytes(), &[1u8; 100]).unwrap();
+        i += 1;
+        let rid = root.root.unwrap();
+        let page = s.read_page(rid).unwrap();
+        let n = node::NodeRef::parse(&page, rid, PS).unwrap();
+        if !n.is_leaf() {
+            assert_eq!(n.count(), 1, "the root has two leaves");
+            break (n.child(0).unwrap(), n.child(1).unwrap());
+        }
+    };
+    s.commit();
+    let left_keys: Vec<Vec<u8>> = {
+        let page = s.read_page(left).unwrap();
+        let n = node::NodeRef::parse(&page, left, PS).unwrap();
+        (0..n.count())
+            .map(|c| n.leaf_key(c).unwrap().to_vec())
+            .collect()
+    };
+    // The right leaf becomes a branch at the root's own level, with no
+    // separator, whose only child is itself.
+    let mut b = node::NodeBuilder::new(PS, right, s.cf(), 1);
+    b.set_rightmost(right);
+    let fake = b.finish();
+    for (off, byte) in fake.bytes().iter().enumerate() {
+        s.corrupt(right, off, *byte);
+    }
+    let removals: Vec<BatchWrite> = left_keys
+        .iter()
+        .map(|k| (Arc::from(&k[..]), None))
+        .collect();
+    let r = apply_sorted(&mut s, &mut root, &removals);
+    assert!(r.unwrap_err().is_corrupted());
+}
+
+/// A root leaf whose header claims its cell area is full while it has no
+/// cell: an insert that must split it finds nothing to split and says
+/// `Corrupted` (it failed a debug assertion before).
+#[test]
+fn a_leaf_too_full_for_its_first_cell_is_corrupt() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    insert(&mut s, &mut root, b"a", b"v").unwrap();
+    s.commit();
+    let id = root.root.unwrap();
+    // Count 0, content start right after the (empty) slot array.
+    for (off, byte) in [(6, 0), (7, 0), (32, 48), (33, 0), (34, 0), (35, 0)] {
+        s.corrupt(id, off, byte);
+    }
+    root.len = 0;
+    let r = insert(&mut s, &mut root, b"b", &[2u8; 100]);
+    assert!(r.unwrap_err().is_corrupted());
+}
+
+/// An overflow pointer whose run passes the last page id: clearing the
+/// tree (a dropped table) marks the run's pages without reading it, and
+/// says `Corrupted` (the page arithmetic overflowed before).
+#[test]
+fn clearing_a_run_past_the_last_page_id_is_corrupt() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    insert(&mut s, &mut root, b"big", &[7u8; 6000]).unwrap();
+    s.commit();
+    let id = root.root.unwrap();
+    let at = {
+        let page = s.read_page(id).unwrap();
+        let n = node::NodeRef::parse(&page, id, PS).unwrap();
+        let cell = n.leaf_cell(0).unwrap();
+        assert!(matches!(cell.value, node::ValueLoc::Overflow { .. }));
+        cell.key_off + cell.key.len()
+    };
+    for (i, b) in u64::MAX.to_le_bytes().iter().enumerate() {
+        s.corrupt(id, at + i, *b);
+    }
+    s.lenient = true;
+    assert!(clear(&mut s, &mut root).unwrap_err().is_corrupted());
+}

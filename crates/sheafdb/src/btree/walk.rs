@@ -26,9 +26,13 @@ use crate::types::PageId;
 /// Marks the `npages` pages of the run at `id` as seen; fails if any was.
 fn mark(seen: &mut HashSet<PageId>, id: PageId, npages: u32) -> Result<()> {
     for p in 0..npages as u64 {
-        if !seen.insert(id.add(p)) {
+        // A run's first page comes from a pointer in the file.
+        let Some(page) = id.0.checked_add(p).map(PageId) else {
+            return Err(Error::corrupted_page(id, "run past the last page id"));
+        };
+        if !seen.insert(page) {
             return Err(Error::corrupted_page(
-                id.add(p),
+                page,
                 "page reachable twice from one tree",
             ));
         }

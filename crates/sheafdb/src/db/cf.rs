@@ -143,7 +143,7 @@ impl ColumnFamily {
     }
 }
 
-fn check_cf_name(name: &str) -> Result<()> {
+pub(super) fn check_cf_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_CF_NAME {
         return Err(Error::InvalidArgument(format!(
             "column family names are 1 to {MAX_CF_NAME} bytes, got {}",

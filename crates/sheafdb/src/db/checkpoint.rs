@@ -323,6 +323,7 @@ impl DbShared {
         }
         // System pages the previous base still uses: free in the new base,
         // reusable only once it is durable.
+        sp.check_private_frees()?;
         let released = sp.take_freed();
         let mut released_set = RangeSet::new();
         // The system tree's pages come from the file: two references to

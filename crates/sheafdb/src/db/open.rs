@@ -514,6 +514,12 @@ fn load_cfs(shared: &Arc<DbShared>) -> Result<()> {
     let extents = shared.space.extents.lock().clone();
     while let Some((k, v)) = cursor.next(&pages)? {
         let id = decode_cf_key(k.as_slice())?;
+        if id == CfId::SYSTEM || id.0 >= crate::types::COUNTER_LIMIT {
+            return Err(Error::corrupted(
+                format!("descriptor of column family {id}"),
+                "system tree",
+            ));
+        }
         let desc = CfDescriptor::decode(v.as_slice())?;
         let alloc = CfAllocator::new(id, shared.space.policy, extents.extents_of(id), &desc.free)?;
         let cf = new_cf(shared, id, desc.name.clone(), alloc, &desc);

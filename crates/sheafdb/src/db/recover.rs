@@ -21,12 +21,14 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::DbShared;
+use crate::btree::store::PageRead;
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
 use crate::txn::pages::TxnPages;
+use crate::txn::state::{check_table_name, lookup_table};
 use crate::txn::{CfShared, TableState, WriteState};
-use crate::types::{CfId, Lsn, TableId};
+use crate::types::{CfId, Lsn, TableId, COUNTER_LIMIT};
 use crate::wal::record::{decode_commit, Op};
 
 /// Replay state of one CF.
@@ -79,6 +81,25 @@ impl Replayer {
         let mut used = false;
         for part in parts {
             if let Some(Op::CreateCf { name }) = part.ops.first() {
+                // What `create_cf` could have logged: a user CF's id, below
+                // the range every counter stays in and never used by a CF
+                // dropped earlier, and a valid name.
+                if part.cf == CfId::SYSTEM
+                    || part.cf.0 >= COUNTER_LIMIT
+                    || super::cf::check_cf_name(name).is_err()
+                    || self
+                        .shared
+                        .registry
+                        .dropped
+                        .lock()
+                        .iter()
+                        .any(|c| c.id == part.cf)
+                {
+                    return Err(corrupt(format!(
+                        "record creates column family {} named {name:?}",
+                        part.cf
+                    )));
+                }
                 if self.shared.registry.get(part.cf).is_err() {
                     // Created after the durable base: build it again.
                     let cf = self.shared.new_cf_state(part.cf, name, lsn)?;
@@ -100,6 +121,9 @@ impl Replayer {
                 continue;
             }
             if part.ops.iter().any(|op| matches!(op, Op::DropCf)) {
+                if part.cf == CfId::DEFAULT {
+                    return Err(corrupt("record drops the default column family"));
+                }
                 let r = self.cfs.remove(&part.cf).expect("present");
                 self.shared.registry.unregister(&r.cf);
                 used = true;
@@ -157,6 +181,18 @@ impl Replayer {
 }
 
 impl CfReplay {
+    /// `Corrupted` unless `name` is a valid table name no table has (a
+    /// record naming an existing table would replace its catalog entry).
+    fn check_new_name(&self, name: &str) -> Result<()> {
+        check_table_name(name).map_err(|e| corrupt(format!("record names a table: {e}")))?;
+        if lookup_table(&self.state.pages, &self.state.catalog, name)?.is_some() {
+            return Err(corrupt(format!(
+                "record creates or renames to table {name:?}, which exists"
+            )));
+        }
+        Ok(())
+    }
+
     fn new(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<CfReplay> {
         let base = cf.writer.lock().head.clone();
         let state = WriteState::new(shared.space.clone(), &cf, base, None);
@@ -214,6 +250,10 @@ impl CfReplay {
     /// set, blind (the tree is not read). Past the fold threshold the
     /// pending writes are applied to the trees as one batch.
     fn write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        // Only keys and values a commit could hold were logged.
+        let ps = self.state.pages.page_size();
+        btree::check_limits(ps, key, value.unwrap_or_default())
+            .map_err(|e| corrupt(format!("record writes to table {id}: {e}")))?;
         self.table(id)?;
         let st = &mut self.state;
         st.writes.record_blind(id, key, value.map(Arc::from));
@@ -277,6 +317,14 @@ impl CfReplay {
         key_type: &str,
         value_type: &str,
     ) -> Result<()> {
+        // The rules `create_table` follows: a new id (never a live one,
+        // and below the range ids stay in), a valid name not taken.
+        if id.0 >= COUNTER_LIMIT || self.names.contains_key(&id) {
+            return Err(corrupt(format!(
+                "record creates table {name:?} with id {id}, in use or out of range"
+            )));
+        }
+        self.check_new_name(name)?;
         self.write_trees()?;
         let meta = TableMeta {
             id,
@@ -301,6 +349,7 @@ impl CfReplay {
     }
 
     fn rename_table(&mut self, id: TableId, new_name: &str) -> Result<()> {
+        self.check_new_name(new_name)?;
         self.write_trees()?;
         let meta = self.table(id)?.meta.clone();
         let old = self

@@ -36,7 +36,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::codec::{Reader, Writer};
-use crate::types::{CfId, Lsn, PageId, TableId, Version};
+use crate::types::{CfId, Lsn, PageId, TableId, Version, COUNTER_LIMIT};
 
 /// Owner value marking a free extent in the metadata blob.
 pub const FREE_EXTENT_OWNER: u64 = u64::MAX;
@@ -153,6 +153,13 @@ impl CfDescriptor {
             free: read_ranges(&mut r)?,
         };
         r.finish()?;
+        let counters = [d.next_table.0, d.checkpoint_lsn.0, d.version.0];
+        if counters.iter().any(|&c| c > COUNTER_LIMIT) {
+            return Err(Error::corrupted(
+                "next table id, checkpoint LSN or version past its range",
+                "cf descriptor",
+            ));
+        }
         Ok(d)
     }
 }

@@ -38,7 +38,7 @@ use crate::error::{Error, Location, Result};
 use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
 use crate::format::page::{MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::FORMAT_VERSION;
-use crate::types::{CfId, Lsn, PageId};
+use crate::types::{CfId, Lsn, PageId, COUNTER_LIMIT};
 
 /// Magic bytes at the start of a slot.
 pub const MAGIC: [u8; 8] = *b"SHEAFDB\0";
@@ -257,6 +257,17 @@ impl Superblock {
         }
         if self.db_id == 0 {
             return Err(bad("no database identity"));
+        }
+        let counters = [self.generation, self.next_cf.0, self.replay_lsn.0];
+        if counters.iter().any(|&c| c > COUNTER_LIMIT) {
+            return Err(bad(
+                "generation, next CF id or WAL replay LSN past its range",
+            ));
+        }
+        // Every page of the file (and of the extents claimed past it) has
+        // a byte offset that fits in a u64.
+        if self.file_pages > COUNTER_LIMIT / u64::from(self.page_size) {
+            return Err(bad("file length past its range"));
         }
         Ok(())
     }

@@ -94,10 +94,18 @@ impl Pager {
             ));
         }
         let len = npages as usize * self.page_size;
+        // The id comes from a pointer in the file: its byte offset may not
+        // fit in a u64.
+        let Some(offset) = id.0.checked_mul(self.page_size as u64) else {
+            return Err(Error::corrupted_page(
+                id,
+                "reference past the end of the file",
+            ));
+        };
         // A multi-page run's length comes from a page or a record: bound it
         // by the file before allocating (one page is always small).
         if npages > 1 {
-            let end = id.offset(self.page_size).saturating_add(len as u64);
+            let end = offset.saturating_add(len as u64);
             if end > self.storage.len()? {
                 return Err(Error::corrupted_page(
                     id,
@@ -107,7 +115,7 @@ impl Pager {
         }
         let mut buf = vec![0u8; len];
         self.storage
-            .read_at(id.offset(self.page_size), &mut buf)
+            .read_at(offset, &mut buf)
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => {
                     Error::corrupted_page(id, "reference past the end of the file")

@@ -23,10 +23,14 @@ impl RangeSet {
         self.pages
     }
 
-    /// True if every page of `[start, start+len)` is in the set.
+    /// True if every page of `[start, start+len)` is in the set (a range
+    /// past the last page id, which a pointer in the file may name, is not).
     pub fn contains_all(&self, start: u64, len: u64) -> bool {
+        let Some(end) = start.checked_add(len) else {
+            return false;
+        };
         match self.map.range(..=start).next_back() {
-            Some((&s, &l)) => s + l >= start + len,
+            Some((&s, &l)) => s + l >= end,
             None => false,
         }
     }
@@ -44,7 +48,10 @@ impl RangeSet {
                 return true;
             }
         }
-        self.map.range(start..start + len).next().is_some()
+        self.map
+            .range(start..start.saturating_add(len))
+            .next()
+            .is_some()
     }
 
     /// Adds `[start, start+len)`, which must not intersect the set.
@@ -143,6 +150,22 @@ impl RangeSet {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    /// Frees are checked against sets of ranges before anything else
+    /// looks at them, and a freed run's start comes from a pointer in the
+    /// file: a range past the last page id is in no set.
+    #[test]
+    fn ranges_past_the_last_page_id_are_outside() {
+        let mut set = RangeSet::new();
+        assert!(set.insert(10, 5));
+        assert!(set.insert(u64::MAX - 3, 3));
+        assert!(!set.contains_all(u64::MAX - 1, 2));
+        assert!(!set.contains_all(u64::MAX, 1));
+        assert!(set.contains_all(u64::MAX - 3, 2));
+        assert!(set.intersects(u64::MAX - 1, 2));
+        assert!(!set.intersects(20, 100));
+        assert!(set.intersects(20, u64::MAX));
+    }
 
     #[test]
     fn matches_a_page_set_model() {

@@ -63,6 +63,11 @@ pub struct TxnPages {
     /// Pages in each private run.
     sizes: IdMap<PageId, u32>,
     freed_committed: Vec<(PageId, u32)>,
+    /// A free the file asked for that no tree of this transaction could
+    /// (a pointer naming a run this transaction allocated, with another
+    /// length: the file's free space named a live run). Reported by
+    /// [`TxnPages::check_frees`], before the commit's WAL append.
+    bad_free: Option<PageId>,
 }
 
 impl TxnPages {
@@ -75,6 +80,7 @@ impl TxnPages {
             private: IdMap::default(),
             sizes: IdMap::default(),
             freed_committed: Vec::new(),
+            bad_free: None,
         }
     }
 
@@ -108,7 +114,19 @@ impl TxnPages {
     /// ([`CfAllocator::check_freeable`]); called before the commit's WAL
     /// append.
     pub fn check_frees(&self) -> Result<()> {
+        self.check_private_frees()?;
         self.alloc.lock().check_freeable(&self.freed_committed)
+    }
+
+    /// `Corrupted` if a free named a private run with another length.
+    pub fn check_private_frees(&self) -> Result<()> {
+        match self.bad_free {
+            Some(id) => Err(Error::corrupted_page(
+                id,
+                "a pointer names a run allocated from free space, with another length",
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Gives every private run back to the allocator (abort).
@@ -119,6 +137,7 @@ impl TxnPages {
             alloc.free_now(id, npages);
         }
         self.freed_committed.clear();
+        self.bad_free = None;
     }
 
     /// Forgets private runs after they were made durable and published:
@@ -209,17 +228,26 @@ impl PageWrite for TxnPages {
     }
 
     fn get_mut(&mut self, id: PageId) -> Result<&mut PageBuf> {
-        let slot = self
-            .private
-            .get_mut(&id)
-            .unwrap_or_else(|| panic!("get_mut of non-private page {id}"));
+        // Only a pointer from the file can name a page the tree code
+        // thinks private after it was freed (the file's free space named
+        // a live page, so a run was allocated and freed through two names).
+        let slot = self.private.get_mut(&id).ok_or_else(|| {
+            Error::corrupted_page(id, "a page freed through another pointer is written")
+        })?;
         Ok(Arc::make_mut(slot))
     }
 
     fn free(&mut self, id: PageId, npages: u32) {
-        if self.private.remove(&id).is_some() {
-            let allocated = self.sizes.remove(&id);
-            debug_assert_eq!(allocated, Some(npages), "run freed with another length");
+        if let Some(&allocated) = self.sizes.get(&id) {
+            if allocated != npages {
+                // Not a run the tree code allocated: a pointer from the
+                // file names it (the file's free space named a live run).
+                // Kept, and the commit fails in `check_frees`.
+                self.bad_free.get_or_insert(id);
+                return;
+            }
+            self.private.remove(&id);
+            self.sizes.remove(&id);
             self.alloc.lock().free_now(id, npages);
         } else {
             self.freed_committed.push((id, npages));

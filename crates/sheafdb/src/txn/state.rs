@@ -37,8 +37,8 @@ pub(crate) const REPACK_BATCH_BYTES: u64 = 8 << 20;
 
 /// `Corrupted` unless a tree's entry count is `expected`: reads and writes
 /// of the tree disagreed on which keys exist (a tree the file damaged).
-fn check_count(what: &str, root: &TreeRoot, expected: i64) -> Result<()> {
-    if root.len as i64 != expected {
+fn check_count(what: &str, root: &TreeRoot, expected: i128) -> Result<()> {
+    if i128::from(root.len) != expected {
         return Err(Error::corrupted(
             format!("{what}: {} entries, expected {expected}", root.len),
             "table tree",
@@ -362,7 +362,8 @@ impl WriteState {
         self.load_table(name)?;
         let t = self.tables.get_mut(name).expect("loaded above");
         let mut root = t.root();
-        let expected = t.meta.len as i64 + base.delta(t.meta.id);
+        // The count comes from the file: wide arithmetic, no overflow.
+        let expected = i128::from(t.meta.len) + i128::from(base.delta(t.meta.id));
         let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes);
         t.set_root(root);
         applied?;
@@ -380,7 +381,13 @@ impl WriteState {
                     None => continue,
                 },
             };
-            names.insert(id, name);
+            if let Some(other) = names.insert(id, name) {
+                // Buffered writes of the two would go to one of them.
+                return Err(Error::corrupted(
+                    format!("tables {other:?} and another share id {id}"),
+                    "table catalog",
+                ));
+            }
         }
         Ok(names)
     }
@@ -501,16 +508,22 @@ impl WriteState {
         let Some(writes) = self.writes.take_table(id) else {
             return Ok(());
         };
-        let table = self
-            .tables
-            .values_mut()
+        // Writes are recorded only through a loaded table; a table renamed
+        // or created over (WAL records replay refuses) would leave them
+        // without one.
+        let table = (self.tables.values_mut())
             .find(|t| t.meta.id == id)
-            .expect("a table with pending writes has its state loaded");
+            .ok_or_else(|| {
+                Error::corrupted(
+                    format!("writes to table {id}, which has no state"),
+                    "table catalog",
+                )
+            })?;
         debug_assert!(!table.direct, "a direct table has pending writes");
         let mut root = table.root();
         // Blind writes (replay) have no count to check: applying them
         // counts what they added and removed.
-        let expected = writes.delta().map(|d| root.len as i64 + d);
+        let expected = writes.delta().map(|d| i128::from(root.len) + i128::from(d));
         let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes.into_sorted());
         table.set_root(root);
         applied?;

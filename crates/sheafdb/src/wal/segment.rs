@@ -38,7 +38,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
-use crate::types::Lsn;
+use crate::types::{Lsn, COUNTER_LIMIT};
 
 /// Bytes reserved for the header block at the start of every segment.
 pub const HEADER_BLOCK_BYTES: u64 = 4096;
@@ -158,7 +158,8 @@ impl SegmentHeader {
             && self.salt != 0
             && is_valid_segment_bytes(self.segment_bytes)
             && self.start_lsn >= FIRST_LSN
-            && self.start_lsn.0.checked_add(self.segment_bytes).is_some()
+            && (self.start_lsn.0.checked_add(self.segment_bytes))
+                .is_some_and(|end| end <= COUNTER_LIMIT)
     }
 }
 
