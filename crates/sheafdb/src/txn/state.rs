@@ -446,7 +446,11 @@ impl WriteState {
                 bytes += (k.as_slice().len() + v.as_slice().len()) as u64;
                 batch.push((Arc::from(k.as_slice()), Some(Arc::from(v.as_slice()))));
             }
-            check_count(&format!("table {name:?} repacked"), &new, i128::from(old.len))?;
+            check_count(
+                &format!("table {name:?} repacked"),
+                &new,
+                i128::from(old.len),
+            )?;
             let mut pages = 0u64;
             btree::walk(&self.pages, &old, &mut |_, n, _| pages += u64::from(n))?;
             old_pages += pages;
