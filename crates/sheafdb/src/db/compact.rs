@@ -29,6 +29,12 @@ use crate::types::PageId;
 /// extents do not splinter into single pages).
 const POOL_MIN_PAGES: u64 = 8;
 
+/// How long a compaction step waits for the snapshots that still read
+/// the old copies of the pages it moved, before it cuts what it can.
+/// Short-lived readers finish well within it; a snapshot held longer
+/// keeps its pages, and the report says the file is not done.
+const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What a cut gave back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Cut {
@@ -238,12 +244,28 @@ impl DbShared {
             let r = self.checkpoint_all();
             self.ckpt.relocate_below.store(0, Ordering::Release);
             r?;
+            self.wait_for_snapshots_past(&cfs, limit);
         }
         self.shrink_file(1)?;
         let (after, _) = self.usage();
         report.bytes_after = after * ps;
         report.done = after <= target || (report.pages_moved == 0 && after >= file);
         Ok(report)
+    }
+
+    /// Waits, at most [`SNAPSHOT_WAIT`], until no snapshot still reads a
+    /// run past `limit` that a commit freed (the old copies of the pages
+    /// just moved). The relocation's checkpoint already made the new
+    /// copies the durable base, so a run released after it is free at
+    /// once, and the cut that follows can take it.
+    fn wait_for_snapshots_past(&self, cfs: &[Arc<CfShared>], limit: u64) {
+        let start = std::time::Instant::now();
+        while cfs.iter().any(|cf| cf.alloc.lock().pinned_past(limit)) {
+            if start.elapsed() >= SNAPSHOT_WAIT {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Gives every CF's free runs below `limit` (of at least

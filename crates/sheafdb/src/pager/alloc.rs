@@ -516,6 +516,17 @@ impl CfAllocator {
         exts.last().map(|e| e.start.0)
     }
 
+    /// True if a run freed by a commit, ending past page `limit`, still
+    /// waits for a snapshot (compaction waits, bounded, for those before
+    /// it cuts: a moved page's old copy is pinned until the snapshots
+    /// that read it are dropped).
+    pub fn pinned_past(&mut self, limit: u64) -> bool {
+        self.drain_released();
+        self.freed
+            .iter()
+            .any(|(&p, f)| f.state == FreedState::Pinned && p + u64::from(f.npages) > limit)
+    }
+
     /// Gives up its free runs of at least `min_pages` that lie below page
     /// `below`: taken out of the free set and out of its extents (split
     /// around them); the caller returns them to the extent map's pool, so
