@@ -40,10 +40,14 @@ pub use db::{
     MemoryStats, MAX_CF_NAME,
 };
 pub use db::{
-    MultiWriteTransaction, ReadTransaction, TableInfo, UntypedReadTable, UntypedTable,
+    MultiWriteTransaction, ReadTransaction, Savepoint, TableInfo, UntypedReadTable, UntypedTable,
     WriteTransaction,
 };
 pub use error::{Error, Location, PoisonCause, Result};
 pub use table::types::{Key, KeyPart, TableDefinition, Value};
-pub use table::{AccessGuard, KeyGuard, Range, ReadOnlyTable, Table};
+pub use table::{
+    AccessGuard, Entry, ExtractIf, KeyGuard, MultimapRange, MultimapTable, MultimapTableDefinition,
+    MultimapValues, MutInPlaceValue, OccupiedEntry, Range, ReadOnlyCursor, ReadOnlyMultimapTable,
+    ReadOnlyTable, ReadableTable, ReservedValue, Table, TableCursor, TableStats, VacantEntry,
+};
 pub use txn::{Durability, MAX_TABLE_NAME};

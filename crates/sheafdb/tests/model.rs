@@ -1,5 +1,7 @@
 //! Model tests: random operation sequences against a `BTreeMap` per table,
-//! checked after every step, after commit/abort, and after close/reopen.
+//! checked after every step, after commit/abort, and after close/reopen;
+//! savepoints taken and restored (also after table deletes and renames)
+//! in the middle of transactions.
 
 mod common;
 
@@ -36,6 +38,22 @@ fn as_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
         Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
         Bound::Unbounded => Bound::Unbounded,
     }
+}
+
+/// Every table of a write transaction, read through it.
+fn dump_txn(tx: &sheafdb::WriteTransaction) -> Result<Model> {
+    let mut model = Model::new();
+    for name in tx.list_tables()? {
+        let t = tx.open_table(def(&name))?;
+        let mut map = BTreeMap::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            map.insert(k.value().to_vec(), v.value().to_vec());
+        }
+        assert_eq!(t.len()?, map.len() as u64, "len() disagrees with iteration");
+        model.insert(name, map);
+    }
+    Ok(model)
 }
 
 /// One random step inside a write transaction, checked against `m`.
@@ -109,15 +127,27 @@ fn step(
             m.retain(|k, _| k.iter().map(|&b| b as u32).sum::<u32>() % modulo as u32 != 0);
         }
         97..=98 => {
-            let got = t.extract_if(|_, v| v.len() > 1000)?;
-            let got: Vec<Vec<u8>> = got.iter().map(|(k, _)| k.value().to_vec()).collect();
+            // Taken lazily, and sometimes dropped early: only what the
+            // iterator yielded is removed.
+            let take = if rng.gen_bool(0.5) {
+                usize::MAX
+            } else {
+                rng.gen_range(0..4)
+            };
+            let mut got = Vec::new();
+            for e in t.extract_if(|_, v| v.len() > 1000)?.take(take) {
+                got.push(e?.0.value().to_vec());
+            }
             let want: Vec<Vec<u8>> = m
                 .iter()
                 .filter(|(_, v)| v.len() > 1000)
                 .map(|(k, _)| k.clone())
+                .take(take)
                 .collect();
-            m.retain(|_, v| v.len() <= 1000);
-            assert_eq!(got, want, "seed {seed}: extract_if");
+            for k in &want {
+                m.remove(k);
+            }
+            assert_eq!(got, want, "seed {seed}: extract_if (take {take})");
         }
         _ => {
             let first = t.first()?.map(|(k, _)| k.value().to_vec());
@@ -143,13 +173,49 @@ fn run_sequence(seed: u64, txns: usize) -> Result<()> {
             true => Some((db.begin_read()?, committed.clone())),
             false => None,
         };
-        let tx = db.begin_write()?;
+        let mut tx = db.begin_write()?;
+        // Savepoints taken (with the model then), and ones a restore
+        // discarded (restoring them must fail).
+        let mut saves: Vec<(sheafdb::Savepoint, Model)> = Vec::new();
+        let mut discarded: Vec<sheafdb::Savepoint> = Vec::new();
         for _ in 0..rng.gen_range(1..25) {
-            let name = format!("t{}", rng.gen_range(0..3));
-            let mut t = tx.open_table(def(&name))?;
-            let m = working.entry(name).or_default();
-            step(&mut t, m, &mut rng, seed)?;
-            drop(t);
+            let name = format!("t{}", rng.gen_range(0..4));
+            match rng.gen_range(0..100) {
+                0..=3 => saves.push((tx.savepoint()?, working.clone())),
+                4..=6 if !saves.is_empty() => {
+                    let i = rng.gen_range(0..saves.len());
+                    tx.restore_savepoint(&saves[i].0)?;
+                    working = saves[i].1.clone();
+                    discarded.extend(saves.drain(i + 1..).map(|(sp, _)| sp));
+                    assert_eq!(dump_txn(&tx)?, working, "seed {seed}: after a restore");
+                }
+                7 if !discarded.is_empty() => {
+                    let r = tx.restore_savepoint(&discarded[0]);
+                    assert!(r.is_err(), "seed {seed}: a discarded savepoint restored");
+                }
+                8 => {
+                    let existed = tx.delete_table(&name)?;
+                    assert_eq!(existed, working.remove(&name).is_some(), "seed {seed}");
+                }
+                9 => {
+                    let to = format!("t{}", rng.gen_range(0..4));
+                    let r = tx.rename_table(&name, &to);
+                    if !working.contains_key(&name) {
+                        assert!(matches!(r, Err(sheafdb::Error::TableNotFound(_))));
+                    } else if working.contains_key(&to) {
+                        assert!(matches!(r, Err(sheafdb::Error::TableExists(_))));
+                    } else {
+                        r?;
+                        let t = working.remove(&name).expect("checked");
+                        working.insert(to, t);
+                    }
+                }
+                _ => {
+                    let mut t = tx.open_table(def(&name))?;
+                    let m = working.entry(name).or_default();
+                    step(&mut t, m, &mut rng, seed)?;
+                }
+            }
             if rng.gen_bool(0.03) {
                 // A checkpoint while this writer is open (its CF is not
                 // folded: its writer is busy).

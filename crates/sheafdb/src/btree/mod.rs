@@ -57,7 +57,7 @@ pub use mutate::{delete, drain_filter, pop_first, pop_last, put, retain};
 #[cfg(test)]
 pub use node::{max_key_len, max_value_len};
 pub use relocate::relocate;
-pub use walk::{clear, walk};
+pub use walk::{clear, tree_stats, walk, TreeStats};
 
 use node::{NodeRef, ValueLoc, MAX_LEVEL};
 use store::PageRead;
@@ -110,6 +110,15 @@ impl Bytes {
     /// An owned copy.
     pub fn to_vec(&self) -> Vec<u8> {
         self.as_slice().to_vec()
+    }
+
+    /// The bytes from offset `from` on, sharing the page.
+    ///
+    /// # Panics
+    /// If `from` is past the end (callers split bytes they have checked).
+    pub fn suffix(&self, from: usize) -> Bytes {
+        assert!(from <= self.end - self.start, "suffix past the end");
+        Bytes::new(self.page.clone(), self.start + from, self.end)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Whole-tree traversals: the integrity walk and `clear`.
+//! Whole-tree traversals: the integrity walk, `clear` and `tree_stats`.
 //!
 //! Owns: [`walk`], which visits every page and overflow run of a tree once
 //! and checks every structural invariant (page format, cell bounds and
@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 
 use super::mutate::overflow_run;
-use super::node::{NodeRef, ValueLoc};
+use super::node::{NodeRef, ValueLoc, NODE_HEADER_LEN};
 use super::store::{PageRead, PageWrite};
 use super::{child_level, read_node, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
@@ -204,4 +204,83 @@ pub fn clear<S: PageWrite + ?Sized>(store: &mut S, root: &mut TreeRoot) -> Resul
     }
     *root = TreeRoot::default();
     Ok(())
+}
+
+/// What a tree's pages hold ([`tree_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeStats {
+    /// Levels of the tree (0 for an empty tree, 1 for a lone leaf).
+    pub height: u32,
+    /// Leaf pages.
+    pub leaf_pages: u64,
+    /// Branch pages.
+    pub branch_pages: u64,
+    /// Pages of overflow runs (values too large for a leaf).
+    pub overflow_pages: u64,
+    /// Bytes of keys and values stored in the leaves and overflow runs.
+    pub stored_bytes: u64,
+    /// Bytes of page headers, slot arrays, cell headers and separators.
+    pub metadata_bytes: u64,
+    /// Bytes of the tree's pages that hold nothing (free space in pages,
+    /// the unused tail of overflow runs).
+    pub fragmented_bytes: u64,
+    /// Entries in the leaves.
+    pub entries: u64,
+}
+
+/// Counts what the tree's pages hold, reading each page once. Stops with
+/// `Corrupted` at the first page that does not parse, or a page reached
+/// twice.
+pub fn tree_stats<S: PageRead + ?Sized>(store: &S, root: &TreeRoot) -> Result<TreeStats> {
+    let mut st = TreeStats::default();
+    let Some(id) = root.root else {
+        return Ok(st);
+    };
+    let ps = store.page_size();
+    let mut seen = HashSet::new();
+    let mut stack = vec![(id, None)];
+    while let Some((id, level)) = stack.pop() {
+        mark(&mut seen, id, 1)?;
+        let page = read_node(store, id, level)?;
+        let node = NodeRef::parse(&page, id, ps)?;
+        if level.is_none() {
+            st.height = u32::from(node.level()) + 1;
+        }
+        let used = (NODE_HEADER_LEN + node.used()).min(ps);
+        st.fragmented_bytes += (ps - used) as u64;
+        let mut in_page = 0usize;
+        if node.is_leaf() {
+            st.leaf_pages += 1;
+            st.entries += node.count() as u64;
+            for i in 0..node.count() {
+                let cell = node.leaf_cell(i)?;
+                in_page += cell.key.len();
+                st.stored_bytes += cell.key.len() as u64;
+                match cell.value {
+                    ValueLoc::Inline { start, end } => {
+                        in_page += end.saturating_sub(start);
+                        st.stored_bytes += end.saturating_sub(start) as u64;
+                    }
+                    ValueLoc::Overflow { id: run, len } => {
+                        let npages = overflow_run(ps, cell.value).map_or(0, |(_, n)| n);
+                        mark(&mut seen, run, npages)?;
+                        let run_bytes = u64::from(npages) * ps as u64;
+                        st.overflow_pages += u64::from(npages);
+                        st.stored_bytes += u64::from(len);
+                        let header = crate::format::page::HEADER_LEN as u64;
+                        st.metadata_bytes += header;
+                        st.fragmented_bytes += run_bytes.saturating_sub(u64::from(len) + header);
+                    }
+                }
+            }
+        } else {
+            st.branch_pages += 1;
+            let cl = child_level(id, node.level())?;
+            for i in 0..=node.count() {
+                stack.push((node.child(i)?, Some(cl)));
+            }
+        }
+        st.metadata_bytes += used.saturating_sub(in_page) as u64;
+    }
+    Ok(st)
 }

@@ -61,6 +61,20 @@ impl Held {
     }
 }
 
+impl Held {
+    /// The bytes from offset `from` on (sharing a page; a buffer's bytes
+    /// are copied).
+    ///
+    /// # Panics
+    /// If `from` is past the end.
+    pub fn suffix(&self, from: usize) -> Held {
+        match self {
+            Held::Page(b) => Held::Page(b.suffix(from)),
+            Held::Shared(s) => Held::Shared(Arc::from(&s[from..])),
+        }
+    }
+}
+
 impl std::ops::Deref for Held {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -52,7 +52,7 @@ pub use compact::CompactReport;
 pub use info::FileInfo;
 pub use integrity::IntegrityReport;
 pub use transaction::{
-    MultiWriteTransaction, ReadTransaction, TableInfo, UntypedReadTable, UntypedTable,
+    MultiWriteTransaction, ReadTransaction, Savepoint, TableInfo, UntypedReadTable, UntypedTable,
     WriteTransaction,
 };
 

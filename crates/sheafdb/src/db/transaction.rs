@@ -18,7 +18,9 @@ use crate::btree::TreeRoot;
 use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
 use crate::table::types::{Key, TableDefinition, Value};
-use crate::table::{ReadOnlyTable, Table};
+use crate::table::{
+    MultimapTable, MultimapTableDefinition, ReadOnlyMultimapTable, ReadOnlyTable, Table,
+};
 use crate::txn::pages::ReadPages;
 use crate::txn::{
     check_table_name, check_types, list_catalog, lookup_table, CfShared, CfVersion, DbVersion,
@@ -129,6 +131,52 @@ impl ReadTransaction {
         def: TableDefinition<'_, K, V>,
     ) -> Result<ReadOnlyTable<K, V>> {
         self.open_in(self.home, "default", def)
+    }
+
+    /// Opens a multimap table of the home CF for reading. `TableNotFound`
+    /// if it does not exist, `TableTypeMismatch` if it was created with
+    /// other types or is not a multimap.
+    pub fn open_multimap_table<K: Key + 'static, V: Key + 'static>(
+        &self,
+        def: MultimapTableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyMultimapTable<K, V>> {
+        self.open_multimap_in(self.home, "default", def)
+    }
+
+    /// Opens a multimap table of column family `cf`.
+    pub fn open_multimap_table_in<K: Key + 'static, V: Key + 'static>(
+        &self,
+        cf: &ColumnFamily,
+        def: MultimapTableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyMultimapTable<K, V>> {
+        self.check_own(cf)?;
+        self.open_multimap_in(cf.id(), cf.name(), def)
+    }
+
+    fn open_multimap_in<K: Key + 'static, V: Key + 'static>(
+        &self,
+        cf: CfId,
+        cf_name: &str,
+        def: MultimapTableDefinition<'_, K, V>,
+    ) -> Result<ReadOnlyMultimapTable<K, V>> {
+        let info = self.info_in(cf, cf_name, def.name())?;
+        let (k, v) = (def.key_type_name(), def.value_type_name());
+        if info.key_type != k || info.value_type != v {
+            return Err(Error::TableTypeMismatch {
+                table: def.name().to_string(),
+                stored: format!("<{}, {}>", info.key_type, info.value_type),
+                requested: format!("<{k}, {v}>"),
+            });
+        }
+        let inner = self.open_named(cf, cf_name, def.name(), false)?;
+        Ok(ReadOnlyMultimapTable::new(inner))
+    }
+
+    /// Ends the snapshot (as dropping it does). Tables opened from it keep
+    /// reading it until they are dropped too.
+    pub fn close(self) -> Result<()> {
+        drop(self);
+        Ok(())
     }
 
     /// Opens a table of column family `cf` (which this snapshot must cover).
@@ -295,7 +343,37 @@ pub type UntypedReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 /// `Error::Corrupted`.
 pub type UntypedTable<'txn> = Table<'txn, &'static [u8], &'static [u8]>;
 
+/// Numbers write transactions, so a savepoint is only restored in the
+/// transaction that took it.
+static NEXT_TXN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_txn_token() -> u64 {
+    NEXT_TXN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A point of a write transaction to go back to
+/// ([`WriteTransaction::savepoint`], [`MultiWriteTransaction::savepoint`]).
+///
+/// Restoring it ([`WriteTransaction::restore_savepoint`]) undoes every
+/// change the transaction made after it: writes, and tables created,
+/// deleted or renamed. Savepoints nest: restoring one discards those
+/// taken after it and keeps it (it can be restored again). A savepoint
+/// lives only as long as its transaction; it does not survive commit
+/// (persistent savepoints are not supported: see the README).
+#[derive(Debug)]
+pub struct Savepoint {
+    txn: u64,
+    /// Per CF of the transaction, the savepoint's number in its state.
+    marks: Vec<(CfId, u64)>,
+}
+
+fn foreign_savepoint() -> Error {
+    Error::InvalidArgument("savepoint: taken in another transaction".into())
+}
+
 /// A write transaction on one CF. Dropping it without `commit` aborts.
+///
+/// It is `Send`: it may be built on one thread and committed on another.
 pub struct WriteTransaction {
     shared: Arc<DbShared>,
     cf: Arc<CfShared>,
@@ -303,6 +381,8 @@ pub struct WriteTransaction {
     durability: Durability,
     finished: bool,
     lock: Option<WriterGuard>,
+    /// This transaction's number (savepoints carry it).
+    token: u64,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -352,7 +432,48 @@ impl WriteTransaction {
             core: WriteCore::new(state),
             finished: false,
             lock: Some(lock),
+            token: next_txn_token(),
         })
+    }
+
+    /// Records the calling thread as the writer lock's holder (the
+    /// transaction may have moved threads), so that thread's own
+    /// `begin_write` of this CF is `WouldDeadlock`, not a hang.
+    fn claim(&self) {
+        if let Some(lock) = &self.lock {
+            lock.claim_for_this_thread();
+        }
+    }
+
+    /// Takes a savepoint: [`WriteTransaction::restore_savepoint`] goes
+    /// back to this point. Cheap (a mark in the transaction's record);
+    /// from the first savepoint on, the transaction keeps its record in
+    /// memory until it ends, even past `Builder::wal_record_max_bytes`
+    /// (it then commits by a direct checkpoint). `InvalidArgument` if it
+    /// already outgrew that limit before its first savepoint.
+    pub fn savepoint(&self) -> Result<Savepoint> {
+        self.claim();
+        let seq = self.core.state()?.savepoint()?;
+        Ok(Savepoint {
+            txn: self.token,
+            marks: vec![(self.cf.id, seq)],
+        })
+    }
+
+    /// Undoes every change made after `savepoint` was taken. Savepoints
+    /// taken after it become invalid; it stays valid. Costs a replay of
+    /// the transaction's operations up to the savepoint. A transaction
+    /// that failed after the savepoint (`TransactionFailed`) is usable
+    /// again once this succeeds. `InvalidArgument` for a savepoint of
+    /// another transaction or one a restore discarded.
+    pub fn restore_savepoint(&mut self, savepoint: &Savepoint) -> Result<()> {
+        self.claim();
+        match savepoint.marks[..] {
+            [(cf, seq)] if savepoint.txn == self.token && cf == self.cf.id => {
+                self.core.restore_savepoint(seq)
+            }
+            _ => Err(foreign_savepoint()),
+        }
     }
 
     /// Sets how durable `commit` makes this transaction.
@@ -371,10 +492,23 @@ impl WriteTransaction {
         &'txn self,
         def: TableDefinition<'_, K, V>,
     ) -> Result<Table<'txn, K, V>> {
+        self.claim();
         let name = def.name();
         self.core
             .open_table(name, &K::type_name(), &V::type_name())?;
         Ok(Table::new(&self.core, name.to_string()))
+    }
+
+    /// Opens (creating if needed) a multimap table for reading and
+    /// writing (see [`MultimapTableDefinition`]).
+    pub fn open_multimap_table<'txn, K: Key + 'static, V: Key + 'static>(
+        &'txn self,
+        def: MultimapTableDefinition<'_, K, V>,
+    ) -> Result<MultimapTable<'txn, K, V>> {
+        self.claim();
+        let name = def.name();
+        (self.core).open_table(name, &def.key_type_name(), &def.value_type_name())?;
+        Ok(MultimapTable::new(Table::new(&self.core, name.to_string())))
     }
 
     /// Opens (creating if needed) table `name` without Rust types: the
@@ -388,18 +522,21 @@ impl WriteTransaction {
         key_type: &str,
         value_type: &str,
     ) -> Result<UntypedTable<'txn>> {
+        self.claim();
         self.core.open_table(name, key_type, value_type)?;
         Ok(Table::new(&self.core, name.to_string()))
     }
 
     /// Deletes a table and frees its pages. `Ok(false)` if it did not exist.
     pub fn delete_table(&self, name: &str) -> Result<bool> {
+        self.claim();
         self.core.delete_table(name)
     }
 
     /// Renames table `from` to `to`. `TableNotFound` if `from` is missing,
     /// `TableExists` if `to` exists.
     pub fn rename_table(&self, from: &str, to: &str) -> Result<()> {
+        self.claim();
         self.core.rename_table(from, to)
     }
 
@@ -414,6 +551,7 @@ impl WriteTransaction {
     /// alive, or on any error, nothing is committed and every change is
     /// discarded.
     pub fn commit(mut self) -> Result<()> {
+        self.claim();
         self.finished = true;
         let lock = self.take_lock()?;
         let result = self.commit_with(lock);
@@ -491,6 +629,7 @@ impl Drop for WriteTransaction {
 pub struct MultiWriteTransaction {
     txns: Vec<WriteTransaction>,
     durability: Durability,
+    token: u64,
 }
 
 impl std::fmt::Debug for MultiWriteTransaction {
@@ -519,7 +658,36 @@ impl MultiWriteTransaction {
         Ok(MultiWriteTransaction {
             durability: shared.options.durability,
             txns,
+            token: next_txn_token(),
         })
+    }
+
+    /// Takes a savepoint of every CF of the transaction (see
+    /// [`WriteTransaction::savepoint`]).
+    pub fn savepoint(&self) -> Result<Savepoint> {
+        let mut marks = Vec::with_capacity(self.txns.len());
+        for t in &self.txns {
+            t.claim();
+            marks.push((t.cf.id, t.core.state()?.savepoint()?));
+        }
+        Ok(Savepoint {
+            txn: self.token,
+            marks,
+        })
+    }
+
+    /// Undoes every change made in every CF after `savepoint` (see
+    /// [`WriteTransaction::restore_savepoint`]).
+    pub fn restore_savepoint(&mut self, savepoint: &Savepoint) -> Result<()> {
+        if savepoint.txn != self.token || savepoint.marks.len() != self.txns.len() {
+            return Err(foreign_savepoint());
+        }
+        for (t, &(cf, seq)) in self.txns.iter_mut().zip(&savepoint.marks) {
+            debug_assert_eq!(t.cf.id, cf, "marks are in the transaction's CF order");
+            t.claim();
+            t.core.restore_savepoint(seq)?;
+        }
+        Ok(())
     }
 
     /// The part of this transaction for `cf`, which must be a handle of
@@ -555,6 +723,16 @@ impl MultiWriteTransaction {
         self.txn_for(cf)?.open_table(def)
     }
 
+    /// Opens (creating if needed) a multimap table of `cf`, which must be
+    /// one of the transaction's column families.
+    pub fn open_multimap_table<'txn, K: Key + 'static, V: Key + 'static>(
+        &'txn self,
+        cf: &ColumnFamily,
+        def: MultimapTableDefinition<'_, K, V>,
+    ) -> Result<MultimapTable<'txn, K, V>> {
+        self.txn_for(cf)?.open_multimap_table(def)
+    }
+
     /// [`WriteTransaction::open_untyped_table`] for a table of `cf`, which
     /// must be one of the transaction's column families.
     pub fn open_untyped_table<'txn>(
@@ -583,6 +761,7 @@ impl MultiWriteTransaction {
         let shared = self.txns[0].shared.clone();
         let mut parts = Vec::with_capacity(self.txns.len());
         for t in &mut self.txns {
+            t.claim();
             t.finished = true;
             let lock = t.take_lock()?;
             parts.push((t.cf.clone(), lock));

@@ -21,7 +21,7 @@ use crate::buffer::Held;
 use crate::error::{Error, Result};
 use crate::table::types::{Key, Value};
 use crate::txn::pages::{ReadPages, TxnPages};
-use crate::txn::{CfVersion, WriteCore, WriteState, SPILL_BYTES};
+use crate::txn::{CfVersion, WriteCore, WriteState};
 use crate::types::TableId;
 use crate::wal::record::Op;
 
@@ -42,7 +42,7 @@ macro_rules! guard {
         }
 
         impl<T: $trait + 'static> $name<T> {
-            fn new(bytes: Held) -> Result<$name<T>> {
+            pub(crate) fn new(bytes: Held) -> Result<$name<T>> {
                 T::$decode(bytes.as_slice())?;
                 Ok($name {
                     bytes,
@@ -59,6 +59,12 @@ macro_rules! guard {
             /// The encoded bytes.
             pub fn raw_bytes(&self) -> &[u8] {
                 self.bytes.as_slice()
+            }
+
+            /// The stored bytes, still shared with the page.
+            #[allow(dead_code, reason = "multimaps split key guards only")]
+            pub(crate) fn into_held(self) -> Held {
+                self.bytes
             }
         }
     };
@@ -77,21 +83,21 @@ guard!(
     decode_key
 );
 
-type Entry<K, V> = (KeyGuard<K>, AccessGuard<V>);
+pub(super) type Entry<K, V> = (KeyGuard<K>, AccessGuard<V>);
 
-fn entry<K: Key + 'static, V: Value + 'static>(k: Held, v: Held) -> Result<Entry<K, V>> {
+pub(super) fn entry<K: Key + 'static, V: Value + 'static>(k: Held, v: Held) -> Result<Entry<K, V>> {
     Ok((KeyGuard::new(k)?, AccessGuard::new(v)?))
 }
 
-fn opt_value<V: Value + 'static>(b: Option<Held>) -> Result<Option<AccessGuard<V>>> {
+pub(super) fn opt_value<V: Value + 'static>(b: Option<Held>) -> Result<Option<AccessGuard<V>>> {
     b.map(AccessGuard::new).transpose()
 }
 
-fn page_value<V: Value + 'static>(b: Option<Bytes>) -> Result<Option<AccessGuard<V>>> {
+pub(super) fn page_value<V: Value + 'static>(b: Option<Bytes>) -> Result<Option<AccessGuard<V>>> {
     opt_value(b.map(Held::Page))
 }
 
-fn encode_key<K: Key>(k: &K::SelfType<'_>) -> Vec<u8> {
+pub(super) fn encode_key<K: Key>(k: &K::SelfType<'_>) -> Vec<u8> {
     let mut v = Vec::new();
     K::encode_key(k, &mut v);
     v
@@ -105,7 +111,7 @@ thread_local! {
 
 /// Runs `f` on the encoding of `k`, in this thread's reusable buffer (a
 /// nested call, which finds the buffer taken, uses a fresh one).
-fn with_key<K: Key, R>(k: &K::SelfType<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+pub(super) fn with_key<K: Key, R>(k: &K::SelfType<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
     let mut buf = KEY_BUF.with(|b| b.take());
     buf.clear();
     K::encode_key(k, &mut buf);
@@ -114,13 +120,15 @@ fn with_key<K: Key, R>(k: &K::SelfType<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
     r
 }
 
-fn encode_value<V: Value>(val: &V::SelfType<'_>) -> Vec<u8> {
+pub(super) fn encode_value<V: Value>(val: &V::SelfType<'_>) -> Vec<u8> {
     let mut v = Vec::new();
     V::encode_value(val, &mut v);
     v
 }
 
-fn encode_bound<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(b: Bound<&KR>) -> Bound<Vec<u8>> {
+pub(super) fn encode_bound<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(
+    b: Bound<&KR>,
+) -> Bound<Vec<u8>> {
     match b {
         Bound::Included(k) => Bound::Included(encode_key::<K>(k.borrow())),
         Bound::Excluded(k) => Bound::Excluded(encode_key::<K>(k.borrow())),
@@ -128,7 +136,7 @@ fn encode_bound<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(b: Bound<&KR>) -> 
     }
 }
 
-fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+pub(super) fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     match b {
         Bound::Included(k) => Bound::Included(k.as_slice()),
         Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
@@ -174,7 +182,7 @@ pub struct Range<'t, K: Key + 'static, V: Value + 'static> {
 
 /// One step of the merged view of `table` in `st` (its pending writes over
 /// its tree).
-fn merged_step(
+pub(super) fn merged_step(
     st: &WriteState,
     table: TableId,
     window: &mut Window,
@@ -299,12 +307,17 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         })
     }
 
+    /// The snapshot's pages and the table's tree root.
+    pub(super) fn tree(&self) -> (&ReadPages, &TreeRoot) {
+        (&self.pages, &self.root)
+    }
+
     /// True if the snapshot reads buffered commits above the tree.
     fn buffered(&self) -> bool {
         self.version.buffer.entries() > 0
     }
 
-    fn read_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Range<'static, K, V> {
+    pub(super) fn read_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Range<'static, K, V> {
         let source = if self.buffered() {
             let window = Window::new(lo, hi);
             Source::Snapshot {
@@ -383,8 +396,8 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
 /// A table open in a write transaction. Reads see the transaction's own
 /// writes.
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
-    txn: &'txn WriteCore,
-    name: String,
+    pub(super) txn: &'txn WriteCore,
+    pub(super) name: String,
     _kv: PhantomData<fn() -> (K, V)>,
 }
 
@@ -410,80 +423,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     /// The table's id, tree root and entry count (pending writes included).
-    fn info(&self, st: &WriteState) -> Result<(TableId, TreeRoot, u64)> {
-        let t = st
-            .tables
-            .get(&self.name)
-            .ok_or_else(|| Error::TableNotFound(self.name.clone()))?;
-        let id = t.meta.id;
-        let delta = st.writes.table(id).map_or(Some(0), |w| w.delta());
-        let delta = delta.expect("a transaction's own writes are never blind");
-        let len = st
-            .base_len(&t.meta)?
-            .checked_add_signed(delta)
-            .ok_or_else(|| {
-                Error::corrupted(
-                    format!("table {:?}: entry count below zero", self.name),
-                    "table tree",
-                )
-            })?;
-        Ok((id, t.root(), len))
-    }
-
-    /// What the merged view (pending writes over the tree) holds at `key`.
-    fn lookup(st: &WriteState, id: TableId, root: &TreeRoot, key: &[u8]) -> Result<Option<Held>> {
-        let own = st.writes.table(id).and_then(|w| w.get(key));
-        let buffered = || st.buffer_at().and_then(|(buf, at)| buf.get(id, key, at));
-        let mut pending = std::iter::once(own).chain(std::iter::once_with(buffered));
-        merge::get(&mut pending, || {
-            Ok(btree::get(&st.pages, root, key)?.map(Held::Page))
-        })
-    }
-
-    /// Logs that `key` becomes `value` (`None`: removed) and records it in
-    /// the write set (the old value was `old`), or, for a table in direct
-    /// mode, applies it to the tree. A table with pages whose pending
-    /// writes outgrow `SPILL_BYTES` has them applied to its tree now and
-    /// switches to direct mode (an empty table keeps them all, so a bulk
-    /// load fills its pages). A failure applying fails the transaction.
-    fn write(
-        st: &mut WriteState,
-        id: TableId,
-        key: &[u8],
-        value: Option<&[u8]>,
-        old: &Option<Held>,
-    ) -> Result<()> {
-        match value {
-            Some(value) => st.log(&Op::Put {
-                table: id,
-                key,
-                value,
-            }),
-            None => st.log(&Op::Delete { table: id, key }),
-        }
-        let table = st.tables.values_mut().find(|t| t.meta.id == id);
-        if let Some(t) = table.filter(|t| t.direct) {
-            // Direct mode: the write goes to the tree now.
-            let mut root = t.root();
-            let r = match value {
-                Some(v) => btree::insert(&mut st.pages, &mut root, key, v).map(drop),
-                None => btree::remove(&mut st.pages, &mut root, key).map(drop),
-            };
-            t.set_root(root);
-            return r.map_err(|e| st.fail(e));
-        }
-        st.writes
-            .record(id, key, value.map(Arc::from), old.is_some());
-        // A table whose tree is empty keeps every write pending: applied
-        // once, in key order, at commit, they fill its pages (a bulk load).
-        let has_pages = (st.tables.values()).any(|t| t.meta.id == id && t.meta.root.is_some());
-        if has_pages && st.writes.table(id).is_some_and(|w| w.bytes() > SPILL_BYTES) {
-            st.apply_table_writes(id).map_err(|e| st.fail(e))?;
-            if let Some(t) = st.tables.values_mut().find(|t| t.meta.id == id) {
-                t.direct = true;
-            }
-        }
-        Ok(())
+    pub(super) fn info(&self, st: &WriteState) -> Result<(TableId, TreeRoot, u64)> {
+        st.table_info(&self.name)
     }
 
     /// For a table in direct mode (see `TableState::direct`): runs `f` on
@@ -531,8 +472,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             return page_value(old?);
         }
         let (id, root, _) = self.info(&st)?;
-        let old = Self::lookup(&st, id, &root, &k)?;
-        Self::write(&mut st, id, &k, Some(&v), &old)?;
+        let old = st.lookup(id, &root, &k)?;
+        st.write(id, &k, Some(&v), &old)?;
         opt_value(old)
     }
 
@@ -557,9 +498,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             return page_value(old?);
         }
         let (id, root, _) = self.info(&st)?;
-        let old = Self::lookup(&st, id, &root, &k)?;
+        let old = st.lookup(id, &root, &k)?;
         if old.is_some() {
-            Self::write(&mut st, id, &k, None, &old)?;
+            st.write(id, &k, None, &old)?;
         }
         opt_value(old)
     }
@@ -572,10 +513,14 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let k = encode_key::<K>(key.borrow());
         let st = self.txn.state()?;
         let (id, root, _) = self.info(&st)?;
-        opt_value(Self::lookup(&st, id, &root, &k)?)
+        opt_value(st.lookup(id, &root, &k)?)
     }
 
-    fn write_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Range<'_, K, V>> {
+    pub(super) fn write_range(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+    ) -> Result<Range<'_, K, V>> {
         let st = self.txn.state()?;
         let (table, root, _) = self.info(&st)?;
         let window = Window::new(lo, hi);
@@ -631,7 +576,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             return Ok(None);
         };
         let popped = entry(k.clone(), v.clone())?;
-        Self::write(&mut st, id, &k, None, &Some(v))?;
+        st.write(id, &k, None, &Some(v))?;
         Ok(Some(popped))
     }
 
@@ -643,49 +588,6 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// Removes and returns the entry with the largest key.
     pub fn pop_last(&mut self) -> Result<Option<Entry<K, V>>> {
         self.pop(true)
-    }
-
-    /// Keeps only the entries for which `f` returns true. Returns how many
-    /// were removed.
-    pub fn retain(
-        &mut self,
-        mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
-    ) -> Result<u64> {
-        let removed = self.extract_if(|k, v| !f(k, v))?;
-        Ok(removed.len() as u64)
-    }
-
-    /// Removes the entries for which `f` returns true and returns them.
-    pub fn extract_if(
-        &mut self,
-        mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
-    ) -> Result<Vec<Entry<K, V>>> {
-        let mut st = self.txn.state()?;
-        st.check_not_failed()?;
-        let (id, root, _) = self.info(&st)?;
-        let chosen = {
-            // The closure is user code run under the state lock: using this
-            // transaction from it is an error, not a self-deadlock.
-            let _scope = self.txn.callback_scope();
-            let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
-            let mut tree = TreeWalk::new(&root, &window);
-            let mut buffered = BufferWalk::default();
-            let mut chosen = Vec::new();
-            while let Some((k, v)) =
-                merged_step(&st, id, &mut window, (&mut tree, &mut buffered), false)?
-            {
-                if f(K::decode_key(&k)?, V::decode_value(&v)?) {
-                    chosen.push((k, v));
-                }
-            }
-            chosen
-        };
-        let mut out = Vec::with_capacity(chosen.len());
-        for (k, v) in chosen {
-            out.push(entry(k.clone(), v.clone())?);
-            Self::write(&mut st, id, &k, None, &Some(v))?;
-        }
-        Ok(out)
     }
 
     /// Number of entries (O(1)), this transaction's writes included.

@@ -25,12 +25,12 @@
 //!   reach is reused while it lives (design.md §5).
 
 pub mod pages;
+pub mod savepoint;
 pub mod state;
 pub mod version;
 
 pub(crate) use state::{
     check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
-    SPILL_BYTES,
 };
 pub(crate) use version::{
     CfShared, CfVersion, DbVersion, FoldCarry, FoldMark, WriterGuard, WriterSlot,

@@ -15,7 +15,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::btree::{self, TreeRoot};
+use crate::buffer::merge;
 use crate::buffer::write_set::WriteSet;
+use crate::buffer::Held;
 use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
 use crate::lock_rank::{ranks, suspend, RankedGuard, RankedMutex, Suspended};
@@ -171,6 +173,13 @@ pub(crate) struct WriteState {
     /// Set when an operation failed after it may have changed pages: the
     /// WAL record and the pages may disagree, so only abort is allowed.
     pub failed: Option<String>,
+    /// Savepoints taken and still valid, oldest first (`txn::savepoint`).
+    pub(super) savepoints: Vec<super::savepoint::SavepointMark>,
+    /// Number of the next savepoint.
+    pub(super) next_savepoint: u64,
+    /// Set by the first savepoint: the record is kept past
+    /// `log_max_bytes` (a restore replays it).
+    pub(super) keep_log: bool,
 }
 
 impl WriteState {
@@ -196,6 +205,9 @@ impl WriteState {
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_max_bytes: log_max_bytes.unwrap_or(0),
             failed: None,
+            savepoints: Vec::new(),
+            next_savepoint: 0,
+            keep_log: false,
         }
     }
 
@@ -260,6 +272,16 @@ impl WriteState {
         e
     }
 
+    /// Records `e` as the transaction's failure whatever it is (a change
+    /// that could not be made after the call that asked for it returned);
+    /// returns `e`.
+    pub fn fail_with(&mut self, e: Error) -> Error {
+        if self.failed.is_none() {
+            self.failed = Some(e.to_string());
+        }
+        e
+    }
+
     /// `TransactionFailed` once an operation failed part-way.
     pub fn check_not_failed(&self) -> Result<()> {
         match &self.failed {
@@ -272,7 +294,7 @@ impl WriteState {
     pub fn log(&mut self, op: &Op<'_>) {
         if let Some(enc) = &mut self.log {
             enc.push_for(self.cf, op);
-            if enc.len_bytes() > self.log_max_bytes {
+            if enc.len_bytes() > self.log_max_bytes && !self.keep_log {
                 self.log = None;
             }
         }
@@ -371,7 +393,7 @@ impl WriteState {
     }
 
     /// Every table of this transaction's catalog by id.
-    fn names_by_id(&self) -> Result<HashMap<TableId, String>> {
+    pub(super) fn names_by_id(&self) -> Result<HashMap<TableId, String>> {
         let mut names = HashMap::new();
         for name in list_catalog(&self.pages, &self.catalog)? {
             let id = match self.tables.get(&name) {
@@ -473,7 +495,7 @@ impl WriteState {
     }
 
     /// Loads table `name`'s state from the catalog if not loaded yet.
-    fn load_table(&mut self, name: &str) -> Result<()> {
+    pub(super) fn load_table(&mut self, name: &str) -> Result<()> {
         if !self.tables.contains_key(name) {
             let meta = lookup_table(&self.pages, &self.catalog, name)?
                 .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
@@ -537,6 +559,122 @@ impl WriteState {
         }
     }
 
+    /// Table `name`'s id, tree root and entry count (pending writes
+    /// included). `TableNotFound` unless it is loaded.
+    pub fn table_info(&self, name: &str) -> Result<(TableId, TreeRoot, u64)> {
+        let t = self
+            .tables
+            .get(name)
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        let id = t.meta.id;
+        let delta = self.writes.table(id).map_or(Some(0), |w| w.delta());
+        let delta = delta.expect("a transaction's own writes are never blind");
+        let len = self
+            .base_len(&t.meta)?
+            .checked_add_signed(delta)
+            .ok_or_else(|| {
+                Error::corrupted(
+                    format!("table {name:?}: entry count below zero"),
+                    "table tree",
+                )
+            })?;
+        Ok((id, t.root(), len))
+    }
+
+    /// What the merged view (pending writes over the base's buffer over
+    /// the tree `root`) of table `id` holds at `key`.
+    pub fn lookup(&self, id: TableId, root: &TreeRoot, key: &[u8]) -> Result<Option<Held>> {
+        let own = self.writes.table(id).and_then(|w| w.get(key));
+        let buffered = || self.buffer_at().and_then(|(buf, at)| buf.get(id, key, at));
+        let mut pending = std::iter::once(own).chain(std::iter::once_with(buffered));
+        merge::get(&mut pending, || {
+            Ok(btree::get(&self.pages, root, key)?.map(Held::Page))
+        })
+    }
+
+    /// Logs that `key` of table `id` becomes `value` (`None`: removed) and
+    /// records it in the write set (the old value was `old`), or, for a
+    /// table in direct mode, applies it to the tree. A table with pages
+    /// whose pending writes outgrow `SPILL_BYTES` has them applied to its
+    /// tree now and switches to direct mode (an empty table keeps them
+    /// all, so a bulk load fills its pages). A failure applying fails the
+    /// transaction.
+    pub fn write(
+        &mut self,
+        id: TableId,
+        key: &[u8],
+        value: Option<&[u8]>,
+        old: &Option<Held>,
+    ) -> Result<()> {
+        match value {
+            Some(value) => self.log(&Op::Put {
+                table: id,
+                key,
+                value,
+            }),
+            None => self.log(&Op::Delete { table: id, key }),
+        }
+        let table = self.tables.values_mut().find(|t| t.meta.id == id);
+        if let Some(t) = table.filter(|t| t.direct) {
+            // Direct mode: the write goes to the tree now.
+            let mut root = t.root();
+            let r = match value {
+                Some(v) => btree::insert(&mut self.pages, &mut root, key, v).map(drop),
+                None => btree::remove(&mut self.pages, &mut root, key).map(drop),
+            };
+            t.set_root(root);
+            return r.map_err(|e| self.fail(e));
+        }
+        self.writes
+            .record(id, key, value.map(Arc::from), old.is_some());
+        // A table whose tree is empty keeps every write pending: applied
+        // once, in key order, at commit, they fill its pages (a bulk load).
+        let has_pages = (self.tables.values()).any(|t| t.meta.id == id && t.meta.root.is_some());
+        if has_pages
+            && self
+                .writes
+                .table(id)
+                .is_some_and(|w| w.bytes() > SPILL_BYTES)
+        {
+            self.apply_table_writes(id).map_err(|e| self.fail(e))?;
+            if let Some(t) = self.tables.values_mut().find(|t| t.meta.id == id) {
+                t.direct = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes table `name` (freeing its pages) and logs it. `Ok(false)`
+    /// if it does not exist; a failure part-way fails the transaction.
+    pub fn drop_table_logged(&mut self, name: &str) -> Result<bool> {
+        let Some(meta) = self.table_meta(name)? else {
+            return Ok(false);
+        };
+        self.catalog_drop(name, &meta).map_err(|e| self.fail(e))?;
+        self.log(&Op::DropTable { table: meta.id });
+        Ok(true)
+    }
+
+    /// Renames table `from` to `to` and logs it. `TableNotFound` if `from`
+    /// is missing, `TableExists` if `to` exists; a failure part-way fails
+    /// the transaction.
+    pub fn rename_table_logged(&mut self, from: &str, to: &str) -> Result<()> {
+        let meta = self
+            .table_meta(from)?
+            .ok_or_else(|| Error::TableNotFound(from.to_string()))?;
+        if self.table_meta(to)?.is_some() {
+            return Err(Error::TableExists(to.to_string()));
+        }
+        let id = meta.id;
+        self.catalog_rename(from, to, meta)
+            .map_err(|e| self.fail(e))?;
+        self.log(&Op::RenameTable {
+            table: id,
+            new_name: to,
+        });
+        Ok(())
+    }
+
     fn table_meta(&mut self, name: &str) -> Result<Option<TableMeta>> {
         if let Some(t) = self.tables.get(name) {
             return Ok(Some(t.meta.clone()));
@@ -548,13 +686,21 @@ impl WriteState {
 /// Clears [`WriteCore::callback_scope`] when dropped.
 /// The lock-rank record is set aside meanwhile (user code orders its own
 /// locks).
+/// If the user code panics, the transaction is marked failed (see
+/// [`WriteCore::state`]): a predicate that panicked part-way through a
+/// `retain`/`extract_if` must not leave a half-applied change committable.
 pub(crate) struct CallbackScope<'a> {
     thread: &'a std::sync::atomic::AtomicU64,
+    panicked: &'a std::sync::atomic::AtomicBool,
     _ranks: Suspended,
 }
 
 impl Drop for CallbackScope<'_> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.panicked
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         self.thread.store(0, std::sync::atomic::Ordering::Release);
     }
 }
@@ -572,6 +718,10 @@ pub(crate) struct WriteCore {
     /// [`thread_token`] of a thread running user code (an `extract_if` or
     /// `retain` closure) while it holds `state`; 0 when none.
     callback_thread: std::sync::atomic::AtomicU64,
+    /// Set when such user code panicked: the next access to the state
+    /// marks the transaction failed (the panic may have left a change
+    /// half made).
+    callback_panicked: std::sync::atomic::AtomicBool,
 }
 
 impl WriteCore {
@@ -581,6 +731,7 @@ impl WriteCore {
             state: RankedMutex::new(state),
             open_tables: RankedMutex::new(HashSet::new()),
             callback_thread: std::sync::atomic::AtomicU64::new(0),
+            callback_panicked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -595,12 +746,26 @@ impl WriteCore {
                     .into(),
             ));
         }
-        Ok(self.state.lock())
+        let mut st = self.state.lock();
+        if self.callback_panicked.load(Ordering::Acquire) && st.failed.is_none() {
+            st.failed = Some("a retain/extract_if predicate panicked".into());
+        }
+        Ok(st)
     }
 
     /// The state, through exclusive access (no lock needed).
     pub fn state_mut(&mut self) -> &mut WriteState {
         self.state.get_mut()
+    }
+
+    /// Restores savepoint `seq` (`WriteState::restore_savepoint`): the
+    /// state is rebuilt, so a predicate's panic after the savepoint no
+    /// longer fails the transaction.
+    pub fn restore_savepoint(&mut self, seq: u64) -> Result<()> {
+        self.state.get_mut().restore_savepoint(seq)?;
+        self.callback_panicked
+            .store(false, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Marks user code running on this thread while it holds the state;
@@ -610,6 +775,7 @@ impl WriteCore {
             .store(thread_token(), std::sync::atomic::Ordering::Release);
         CallbackScope {
             thread: &self.callback_thread,
+            panicked: &self.callback_panicked,
             _ranks: suspend(),
         }
     }
@@ -672,12 +838,7 @@ impl WriteCore {
         let mut st = self.state()?;
         st.check_not_failed()?;
         self.check_closed(&[name])?;
-        let Some(meta) = st.table_meta(name)? else {
-            return Ok(false);
-        };
-        st.catalog_drop(name, &meta).map_err(|e| st.fail(e))?;
-        st.log(&Op::DropTable { table: meta.id });
-        Ok(true)
+        st.drop_table_logged(name)
     }
 
     /// Renames table `from` to `to`. `TableNotFound` if `from` is missing,
@@ -688,19 +849,7 @@ impl WriteCore {
         let mut st = self.state()?;
         st.check_not_failed()?;
         self.check_closed(&[from, to])?;
-        let meta = st
-            .table_meta(from)?
-            .ok_or_else(|| Error::TableNotFound(from.to_string()))?;
-        if st.table_meta(to)?.is_some() {
-            return Err(Error::TableExists(to.to_string()));
-        }
-        let id = meta.id;
-        st.catalog_rename(from, to, meta).map_err(|e| st.fail(e))?;
-        st.log(&Op::RenameTable {
-            table: id,
-            new_name: to,
-        });
-        Ok(())
+        st.rename_table_logged(from, to)
     }
 
     /// Names of all tables (including ones created in this transaction).
@@ -711,7 +860,12 @@ impl WriteCore {
 }
 
 /// Creates the empty table `name` through the catalog rule, logging it.
-fn create_table(st: &mut WriteState, name: &str, key_type: &str, value_type: &str) -> Result<()> {
+pub(super) fn create_table(
+    st: &mut WriteState,
+    name: &str,
+    key_type: &str,
+    value_type: &str,
+) -> Result<()> {
     let meta = TableMeta {
         id: st.next_table,
         root: None,

@@ -348,17 +348,22 @@ impl CfShared {
         ))
     }
 
+    /// Wraps the writer lock's guard, recording this thread as its owner.
+    /// The lock order was checked when `rank` was acquired; the record is
+    /// not kept, because a write transaction may move to another thread
+    /// (`WriteTransaction: Send`) and the writer rank is the lowest, so no
+    /// later acquisition needs it to be checked.
     fn guard(
         &self,
         guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
         rank: Held,
     ) -> WriterGuard {
+        drop(rank);
         self.writer_owner
             .store(thread_token(), std::sync::atomic::Ordering::Release);
         WriterGuard {
             guard,
             owner: self.writer_owner.clone(),
-            _rank: rank,
         }
     }
 
@@ -586,8 +591,16 @@ pub(crate) fn thread_token() -> u64 {
 pub(crate) struct WriterGuard {
     guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, WriterSlot>,
     owner: Arc<std::sync::atomic::AtomicU64>,
-    /// Dropped after the mutex guard (field order).
-    _rank: Held,
+}
+
+impl WriterGuard {
+    /// Records the calling thread as the one holding this lock (a write
+    /// transaction used from another thread than the one that began it),
+    /// so `WouldDeadlock` checks name the right thread.
+    pub fn claim_for_this_thread(&self) {
+        self.owner
+            .store(thread_token(), std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl std::ops::Deref for WriterGuard {

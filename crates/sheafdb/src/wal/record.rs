@@ -141,7 +141,7 @@ pub fn encode_commit(parts: &[CfPart<'_>], out: &mut Vec<u8>) {
 /// Builds a commit payload op by op, as a transaction runs.
 ///
 /// Produces the same bytes as [`encode_commit`] given the same parts.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CommitEncoder {
     buf: Vec<u8>,
     /// Offset of the part count field.
@@ -151,7 +151,22 @@ pub struct CommitEncoder {
     open_part: Option<OpenPart>,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A position of a [`CommitEncoder`] ([`CommitEncoder::mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncoderMark {
+    len: usize,
+    parts: u32,
+    open_part: Option<OpenPart>,
+}
+
+impl EncoderMark {
+    /// Payload bytes encoded up to the mark.
+    pub fn len_bytes(&self) -> usize {
+        self.len
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct OpenPart {
     cf: CfId,
     op_count_at: usize,
@@ -221,6 +236,30 @@ impl CommitEncoder {
             self.begin_part(cf);
         }
         self.push(op);
+    }
+
+    /// Where the encoding stands now: [`CommitEncoder::truncate`] goes
+    /// back to it (a savepoint of the transaction being logged).
+    pub fn mark(&self) -> EncoderMark {
+        EncoderMark {
+            len: self.buf.len(),
+            parts: self.parts,
+            open_part: self.open_part,
+        }
+    }
+
+    /// Forgets every op pushed after `mark` (which this encoder made).
+    ///
+    /// # Panics
+    /// If `mark` is past what was encoded (a mark of another encoder).
+    pub fn truncate(&mut self, mark: EncoderMark) {
+        assert!(
+            mark.len <= self.buf.len() && mark.len > self.part_count_at,
+            "engine invariant: a mark of this encoder's past"
+        );
+        self.buf.truncate(mark.len);
+        self.parts = mark.parts;
+        self.open_part = mark.open_part;
     }
 
     /// Bytes encoded so far (the final payload length).

@@ -1,0 +1,189 @@
+//! Removing entries chosen by a predicate: [`Table::extract_if`] (lazy:
+//! only the entries the iterator yields are removed), its range-restricted
+//! form [`Table::extract_from_if`], and [`Table::retain`] /
+//! [`Table::retain_in`].
+//!
+//! The predicate is user code run while the transaction's state is
+//! locked: using the same transaction from it is `WouldDeadlock`, and a
+//! predicate that panics leaves the transaction failed (it can only be
+//! aborted, or restored to a savepoint), never half-applied and
+//! committable.
+//!
+//! Must not know: pages, files, the WAL.
+
+use std::borrow::Borrow;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+
+use super::access::{as_ref_bound, encode_bound, entry, merged_step, Entry, Table};
+use super::types::{Key, Value};
+use crate::buffer::merge::{BufferWalk, TreeWalk, Window};
+use crate::error::Result;
+
+/// The iterator of [`Table::extract_if`] and [`Table::extract_from_if`]:
+/// each entry it yields (those the predicate accepts, in key order) is
+/// removed from the table as it is yielded. Entries after the last one
+/// taken are left alone, so dropping it early removes only what was seen.
+pub struct ExtractIf<'a, 'txn, K, V, F>
+where
+    K: Key + 'static,
+    V: Value + 'static,
+    F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+{
+    table: &'a mut Table<'txn, K, V>,
+    /// Keys not yet looked at.
+    window: Window,
+    predicate: F,
+    done: bool,
+    _kv: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V, F> std::fmt::Debug for ExtractIf<'_, '_, K, V, F>
+where
+    K: Key + 'static,
+    V: Value + 'static,
+    F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtractIf")
+            .field("table", &self.table.name)
+            .finish()
+    }
+}
+
+impl<K, V, F> ExtractIf<'_, '_, K, V, F>
+where
+    K: Key + 'static,
+    V: Value + 'static,
+    F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+{
+    /// Finds the next entry the predicate takes, removes it and returns it.
+    fn advance(&mut self) -> Result<Option<Entry<K, V>>> {
+        let table = &*self.table;
+        let mut st = table.txn.state()?;
+        st.check_not_failed()?;
+        let (id, root, _) = table.info(&st)?;
+        // A fresh walk of the tree per call: a removal may have applied the
+        // table's writes to its tree since the last one (a spill).
+        let mut tree = TreeWalk::new(&root, &self.window);
+        let mut buffered = BufferWalk::default();
+        loop {
+            let step = merged_step(&st, id, &mut self.window, (&mut tree, &mut buffered), false)?;
+            let Some((k, v)) = step else {
+                return Ok(None);
+            };
+            let take = {
+                let _scope = table.txn.callback_scope();
+                (self.predicate)(K::decode_key(&k)?, V::decode_value(&v)?)
+            };
+            if take {
+                let out = entry(k.clone(), v.clone())?;
+                st.write(id, &k, None, &Some(v))?;
+                return Ok(Some(out));
+            }
+        }
+    }
+}
+
+impl<K, V, F> Iterator for ExtractIf<'_, '_, K, V, F>
+where
+    K: Key + 'static,
+    V: Value + 'static,
+    F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+{
+    type Item = Result<Entry<K, V>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = self.advance().transpose();
+        if !matches!(r, Some(Ok(_))) {
+            self.done = true;
+        }
+        r
+    }
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
+    fn extract_between<F>(
+        &mut self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        predicate: F,
+    ) -> Result<ExtractIf<'_, 'txn, K, V, F>>
+    where
+        F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+    {
+        self.txn.state()?.check_not_failed()?;
+        Ok(ExtractIf {
+            window: Window::new(lo, hi),
+            table: self,
+            predicate,
+            done: false,
+            _kv: PhantomData,
+        })
+    }
+
+    /// An iterator that removes and yields, in key order, the entries for
+    /// which `predicate` returns true. Only the entries it yields are
+    /// removed: dropping it early leaves the rest (as
+    /// `BTreeMap::extract_if`).
+    pub fn extract_if<F>(&mut self, predicate: F) -> Result<ExtractIf<'_, 'txn, K, V, F>>
+    where
+        F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+    {
+        self.extract_between(Bound::Unbounded, Bound::Unbounded, predicate)
+    }
+
+    /// [`Table::extract_if`] over the keys in `range` only.
+    pub fn extract_from_if<'a, KR, F>(
+        &mut self,
+        range: impl RangeBounds<KR>,
+        predicate: F,
+    ) -> Result<ExtractIf<'_, 'txn, K, V, F>>
+    where
+        K: 'a,
+        KR: Borrow<K::SelfType<'a>>,
+        F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+    {
+        let start = encode_bound::<K, KR>(range.start_bound());
+        let end = encode_bound::<K, KR>(range.end_bound());
+        self.extract_between(as_ref_bound(&start), as_ref_bound(&end), predicate)
+    }
+
+    /// Keeps only the entries for which `f` returns true. Returns how many
+    /// were removed.
+    pub fn retain(
+        &mut self,
+        mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+    ) -> Result<u64> {
+        let removed = self.extract_if(|k, v| !f(k, v))?;
+        count(removed)
+    }
+
+    /// [`Table::retain`] over the keys in `range` only: entries outside it
+    /// are kept whatever `f` says (it is not called for them).
+    pub fn retain_in<'a, KR>(
+        &mut self,
+        range: impl RangeBounds<KR>,
+        mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
+    ) -> Result<u64>
+    where
+        K: 'a,
+        KR: Borrow<K::SelfType<'a>>,
+    {
+        let removed = self.extract_from_if(range, |k, v| !f(k, v))?;
+        count(removed)
+    }
+}
+
+/// Runs `it` to the end, counting its entries; the first error ends it.
+fn count<T>(it: impl Iterator<Item = Result<T>>) -> Result<u64> {
+    let mut n = 0;
+    for e in it {
+        e?;
+        n += 1;
+    }
+    Ok(n)
+}
