@@ -1,11 +1,10 @@
 //! `sheaf compact FILE` and `sheaf backup FILE DEST`.
 //!
-//! The library's compaction (`Database::compact`) and online backup
-//! (`Database::backup_to`) are being built separately. Each subcommand
-//! calls into the library in exactly one small function ([`compact_db`],
-//! [`backup_db`]); until the library supports the operation, the
-//! subcommand prints one "not supported by this version of sheafdb" line
-//! and exits with status 2.
+//! Each subcommand calls into the library in exactly one small function
+//! ([`compact_db`]: `Database::compact`; [`backup_db`]:
+//! `Database::backup_to_with`, online, from a read-only open). A library
+//! without the operation (`Error::Unsupported`) gives one "not supported
+//! by this version of sheafdb" line and exit status 2.
 
 use std::path::Path;
 
@@ -52,12 +51,20 @@ pub fn compact(path: &Path) -> CliResult {
 }
 
 /// The one call into the library for `backup`, with a progress callback
-/// `(bytes copied, bytes to copy)`.
-fn backup_db(_db: &Database, _dest: &Path, _progress: &mut dyn FnMut(u64, u64)) -> CliResult {
-    // BACKUP: when sheafdb has online backup, this becomes
-    //     _db.backup_to(_dest, _progress).map_err(|e| Failure::db("backing up", e))
-    // (mapping `Error::Unsupported` like `compact_db` does).
-    Err(unsupported("backup"))
+/// `(entries copied, entries to copy)`; returns the backup's entries and
+/// size in bytes.
+fn backup_db(
+    db: &Database,
+    dest: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> CliResult<(u64, u64)> {
+    let r = db.backup_to_with(dest, |p| progress(p.entries_copied, p.entries_total));
+    match r {
+        Err(Error::Unsupported(_)) => Err(unsupported("backup")),
+        r => r
+            .map(|report| (report.entries, report.file_bytes))
+            .map_err(|e| Failure::db("backing up", e)),
+    }
 }
 
 pub fn backup(path: &Path, dest: &Path) -> CliResult {
@@ -71,7 +78,7 @@ pub fn backup(path: &Path, dest: &Path) -> CliResult {
     let bar = match crate::show_progress() {
         true => indicatif::ProgressBar::new(0).with_style(
             indicatif::ProgressStyle::with_template(
-                "backing up {bar:40} {bytes}/{total_bytes} ({eta})",
+                "backing up {bar:40} {pos}/{len} entries ({eta})",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         ),
@@ -82,7 +89,13 @@ pub fn backup(path: &Path, dest: &Path) -> CliResult {
         bar.set_position(copied);
     });
     bar.finish_and_clear();
-    done?;
-    let line = format!("{}: backed up to {}\n", path.display(), dest.display());
+    let (entries, bytes) = done?;
+    let line = format!(
+        "{}: backed up to {} ({} entries, {} bytes)\n",
+        path.display(),
+        dest.display(),
+        thousands(entries),
+        thousands(bytes)
+    );
     crate::dump::write_all(line.as_bytes())
 }

@@ -841,7 +841,7 @@ fn load_commits_in_batches_and_creates_what_is_missing() {
 }
 
 #[test]
-fn compact_keeps_the_data_and_backup_is_not_supported_yet() {
+fn compact_and_backup_keep_the_data() {
     let _serial = serial();
     let f = fixture();
     let dest = f.dir.path().join("backup.sheaf");
@@ -853,12 +853,26 @@ fn compact_keeps_the_data_and_backup_is_not_supported_yet() {
     );
     assert_eq!(stdout_of(sheaf().arg("dump").arg(&f.path)), before);
     sheaf().arg("check").arg(&f.path).assert().success();
-    let err = fails(sheaf().arg("backup").arg(&f.path).arg(&dest), 2, "backup");
-    assert_eq!(
-        err,
-        "sheaf: backup is not supported by this version of sheafdb\n"
+    let out = stdout_of(sheaf().arg("backup").arg(&f.path).arg(&dest));
+    assert!(
+        out.contains("backed up to") && out.contains("entries"),
+        "{out}"
     );
-    assert!(!dest.exists());
+    // The backup is one file that dumps the same and checks clean; its
+    // info says it replays nothing.
+    assert!(dest.exists());
+    let wal = f.dir.path().join("backup.sheaf-wal.0");
+    assert!(!wal.exists(), "a backup has no WAL beside it");
+    assert_eq!(stdout_of(sheaf().arg("dump").arg(&dest)), before);
+    sheaf().arg("check").arg(&dest).assert().success();
+    let info = stdout_of(sheaf().arg("info").arg("--json").arg(&dest));
+    assert!(info.contains("\"clean\": true"), "{info}");
+    // A second backup onto it is refused.
+    fails(
+        sheaf().arg("backup").arg(&f.path).arg(&dest),
+        2,
+        "already exists",
+    );
     // Errors about the files come first.
     fails(
         sheaf()

@@ -36,8 +36,8 @@ pub(crate) mod types;
 pub(crate) mod wal;
 
 pub use db::{
-    Builder, CfStats, ColumnFamily, CompactReport, Database, FileInfo, IntegrityReport,
-    MemoryStats, MAX_CF_NAME,
+    BackupProgress, BackupReport, Builder, CfStats, ColumnFamily, CompactReport, Database,
+    FileInfo, IntegrityReport, MemoryStats, MAX_CF_NAME,
 };
 pub use db::{
     MultiWriteTransaction, ReadTransaction, Savepoint, TableInfo, UntypedReadTable, UntypedTable,

@@ -11,6 +11,7 @@
 //! Invariants: exactly one `Database` per file at a time (file lock); after
 //! a write or sync fails, the database is poisoned and refuses writes.
 
+mod backup;
 mod budget;
 mod cf;
 mod checkpoint;
@@ -47,6 +48,7 @@ use checkpointer::CheckpointState;
 use health::Health;
 use registry::CfRegistry;
 
+pub use backup::{BackupProgress, BackupReport};
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use compact::CompactReport;
 pub use info::FileInfo;

@@ -244,7 +244,17 @@ impl ReadTransaction {
         self.list_info_in(cf.id(), cf.name())
     }
 
-    fn list_info_in(&self, cf: CfId, cf_name: &str) -> Result<Vec<TableInfo>> {
+    /// Opens table `name` of `cf` untyped (keys and values as stored).
+    pub(super) fn open_untyped_in(
+        &self,
+        cf: CfId,
+        cf_name: &str,
+        name: &str,
+    ) -> Result<UntypedReadTable> {
+        self.open_named(cf, cf_name, name, false)
+    }
+
+    pub(super) fn list_info_in(&self, cf: CfId, cf_name: &str) -> Result<Vec<TableInfo>> {
         let (pages, v) = self.version_of(cf, cf_name)?;
         let names = list_catalog(&pages, &v.catalog)?;
         names

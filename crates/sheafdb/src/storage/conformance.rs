@@ -98,6 +98,27 @@ pub fn lock_is_exclusive_until_dropped(vfs: &dyn Vfs) {
     drop(other);
 }
 
+pub fn rename_moves_and_replaces(vfs: &dyn Vfs) {
+    vfs.open("a", OpenMode::CreateNew)
+        .unwrap()
+        .write_at(0, b"aaa")
+        .unwrap();
+    vfs.open("b", OpenMode::CreateNew)
+        .unwrap()
+        .write_at(0, b"b")
+        .unwrap();
+    vfs.rename("a", "b").unwrap();
+    assert!(!vfs.exists("a").unwrap());
+    assert_eq!(vfs.open("b", OpenMode::Existing).unwrap().len().unwrap(), 3);
+    vfs.rename("b", "c").unwrap();
+    assert_eq!(vfs.list().unwrap(), ["c"]);
+    let err = vfs.rename("missing", "d").unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    let err = vfs.rename("c", "x/y").unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    vfs.sync_dir().unwrap();
+}
+
 /// Runs every check, each on a fresh directory from `new_vfs`.
 pub fn run_all(new_vfs: &dyn Fn() -> Box<dyn Vfs>) {
     write_read_round_trip(&*new_vfs());
@@ -108,4 +129,5 @@ pub fn run_all(new_vfs: &dyn Fn() -> Box<dyn Vfs>) {
     open_modes(&*new_vfs());
     bad_names_are_rejected(&*new_vfs());
     lock_is_exclusive_until_dropped(&*new_vfs());
+    rename_moves_and_replaces(&*new_vfs());
 }

@@ -129,6 +129,10 @@ impl Vfs for FsVfs {
         File::open(&self.dir)?.sync_all()
     }
 
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.path(from)?, self.path(to)?)
+    }
+
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
         let file = open_options(OpenMode::OpenOrCreate).open(self.path(name)?)?;
         lock_result(name, file.try_lock(), file)

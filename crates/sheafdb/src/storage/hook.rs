@@ -106,6 +106,9 @@ impl Vfs for HookVfs {
     fn sync_dir(&self) -> io::Result<()> {
         self.inner.sync_dir()
     }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
         self.inner.lock(name)
     }

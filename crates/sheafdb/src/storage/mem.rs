@@ -78,6 +78,15 @@ impl Vfs for MemVfs {
         Ok(())
     }
 
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        check_name(from)?;
+        check_name(to)?;
+        let mut files = self.files.lock();
+        let f = files.remove(from).ok_or_else(|| not_found(from))?;
+        files.insert(to.to_owned(), f);
+        Ok(())
+    }
+
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
         check_name(name)?;
         self.files

@@ -117,6 +117,17 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn list(&self) -> io::Result<Vec<String>>;
     /// Makes file creations and removals durable (fsync of the directory).
     fn sync_dir(&self) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to` if it exists: atomic (a
+    /// reader sees one name or the other), durable after `sync_dir`. The
+    /// default refuses (`Unsupported`): a `Vfs` without renames cannot
+    /// take backups.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this Vfs cannot rename files",
+        ))
+    }
     /// Takes an exclusive lock on `name` for as long as the returned guard
     /// lives. `WouldBlock` if another holder (this process or another) has it.
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>>;

@@ -578,6 +578,22 @@ impl Vfs for SimVfs {
         Ok(())
     }
 
+    /// The directory entry moves at once; after a crash before the next
+    /// `sync_dir`, each of the two names independently holds what it held
+    /// before or after (a stricter model than a journaling file system,
+    /// which keeps the pair consistent).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state.check_op()?;
+        check_name(from)?;
+        check_name(to)?;
+        let id = state.dir_now.remove(from).ok_or_else(|| not_found(from))?;
+        if let Some(old) = state.dir_now.insert(to.to_owned(), id) {
+            state.collect(old);
+        }
+        Ok(())
+    }
+
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
         check_name(name)?;
         {

@@ -1,0 +1,200 @@
+//! Online backup (issue 14): a consistent copy of the whole database at one
+//! snapshot, taken while readers and writers keep running, written as a
+//! compacted, checkpointed single file that opens without WAL replay.
+//!
+//! Protocol ([`Database::backup_to`]):
+//! 1. Take a database-wide snapshot and, under the registry's change lock
+//!    (so no CF is created or dropped in between), the names of its CFs.
+//! 2. Create a new database under a temporary name beside the target
+//!    (`NAME.backup-tmp`, removing a leftover of a crashed backup first;
+//!    the target itself must not exist). Copy every CF and table (with
+//!    its key and value type names) in key order, in transactions of
+//!    about [`BATCH_BYTES`]: each commits by a direct checkpoint (its
+//!    record is over the copy's tiny WAL record limit), so the data goes
+//!    to the file once, as one appending batch whose pages are packed
+//!    full, and memory stays bounded by a batch.
+//! 3. Close the copy (a final checkpoint: the WAL holds nothing to
+//!    replay), remove its WAL files, rename it to the target, sync the
+//!    directory.
+//!
+//! Crash argument: until the rename is durable the target name does not
+//! exist (or a crash makes the rename vanish), and the temporary file is
+//! complete and synced before it is renamed, so the target is either
+//! absent or the whole backup; never a partial copy under the target's
+//! name. The source is only read.
+//!
+//! Must not know: page layouts (the copy is made through transactions).
+
+use std::sync::Arc;
+
+use super::transaction::ReadTransaction;
+use super::{Database, DbShared};
+use crate::error::{Error, Result};
+use crate::storage::Vfs;
+use crate::txn::Durability;
+use crate::types::CfId;
+
+/// Key and value bytes per copy transaction: below the size at which a
+/// table's pending writes are applied part-way (4 MiB), so each batch is
+/// applied at commit as one sorted, appending batch (packed pages).
+pub(crate) const BATCH_BYTES: u64 = 2 << 20;
+
+/// How far a backup has got ([`Database::backup_to_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackupProgress {
+    /// Entries copied so far.
+    pub entries_copied: u64,
+    /// Entries in the snapshot being copied.
+    pub entries_total: u64,
+    /// Key and value bytes copied so far.
+    pub bytes_copied: u64,
+}
+
+/// What a backup wrote ([`Database::backup_to`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackupReport {
+    /// Column families copied.
+    pub column_families: u64,
+    /// Tables copied.
+    pub tables: u64,
+    /// Entries copied.
+    pub entries: u64,
+    /// Size of the backup file in bytes.
+    pub file_bytes: u64,
+}
+
+/// The temporary name a backup to `name` is built under.
+fn temp_name(name: &str) -> String {
+    format!("{name}.backup-tmp")
+}
+
+/// A snapshot of every CF with the CF names it had then.
+fn snapshot_with_names(shared: &Arc<DbShared>) -> (ReadTransaction, Vec<(CfId, String)>) {
+    let _change = shared.registry.change.read();
+    let rx = ReadTransaction::for_db(shared.clone());
+    let cfs = shared.registry.cfs.read();
+    let names = cfs.iter().map(|(id, cf)| (*id, cf.name.clone())).collect();
+    (rx, names)
+}
+
+/// Removes `name` and its WAL files from `vfs` (what is missing is fine).
+fn remove_database(vfs: &dyn Vfs, name: &str) -> Result<()> {
+    for f in vfs.list()? {
+        if f == name || crate::wal::is_segment_of(name, &f) {
+            vfs.remove(&f)?;
+        }
+    }
+    Ok(())
+}
+
+impl Database {
+    /// Writes a consistent copy of the whole database (every column
+    /// family, at one snapshot) to `path`, while readers and writers keep
+    /// running. The copy is one compacted, checkpointed file: it opens
+    /// without WAL replay. Works on a read-only open too (and on a
+    /// poisoned database: it only reads). `InvalidArgument` if `path`
+    /// exists. See
+    /// [`Database::backup_to_with`] for progress.
+    pub fn backup_to(&self, path: impl AsRef<std::path::Path>) -> Result<BackupReport> {
+        self.backup_to_with(path, |_| {})
+    }
+
+    /// [`Database::backup_to`], calling `progress` after every batch of
+    /// entries copied.
+    pub fn backup_to_with(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        progress: impl FnMut(BackupProgress),
+    ) -> Result<BackupReport> {
+        let (vfs, name) = super::split_path(path.as_ref())?;
+        self.backup_to_vfs(Arc::new(vfs), &name, progress)
+    }
+
+    /// [`Database::backup_to_with`] into file `name` of `vfs`.
+    pub fn backup_to_vfs(
+        &self,
+        vfs: Arc<dyn Vfs>,
+        name: &str,
+        mut progress: impl FnMut(BackupProgress),
+    ) -> Result<BackupReport> {
+        // Only reads: a read-only or poisoned database can be backed up.
+        self.shared.health.check_not_closed()?;
+        if vfs.exists(name)? {
+            return Err(Error::InvalidArgument(format!(
+                "backup target {name:?} exists; remove it or choose another name"
+            )));
+        }
+        let (rx, cfs) = snapshot_with_names(&self.shared);
+        let tmp = temp_name(name);
+        remove_database(&*vfs, &tmp)?;
+        let copy = Database::builder()
+            .page_size(self.page_size())
+            .background_checkpoints(false)
+            .wal_record_max_bytes(4096)
+            .wal_first_segment_bytes(64 << 10)
+            .cache_size_bytes(16 << 20)
+            .durability(Durability::None)
+            .create_with_vfs(vfs.clone(), &tmp)?;
+        let mut report = BackupReport::default();
+        let mut done = BackupProgress::default();
+        for (id, cf_name) in &cfs {
+            let tables = rx.list_info_in(*id, cf_name)?;
+            done.entries_total += tables.iter().map(|t| t.entries).sum::<u64>();
+        }
+        progress(done);
+        for (id, cf_name) in &cfs {
+            let target = copy.cf_or_create(cf_name)?;
+            report.column_families += 1;
+            for info in rx.list_info_in(*id, cf_name)? {
+                let source = rx.open_untyped_in(*id, cf_name, &info.name)?;
+                let mut entries = source.iter()?.peekable();
+                // Each pass is one transaction (the first also creates the
+                // table, so empty tables are copied too).
+                loop {
+                    let tx = target.begin_write()?;
+                    {
+                        let mut t =
+                            tx.open_untyped_table(&info.name, &info.key_type, &info.value_type)?;
+                        let mut bytes = 0u64;
+                        while bytes < BATCH_BYTES {
+                            let Some(e) = entries.next() else { break };
+                            let (k, v) = e?;
+                            t.insert(k.value(), v.value())?;
+                            bytes += (k.raw_bytes().len() + v.raw_bytes().len()) as u64;
+                            done.entries_copied += 1;
+                        }
+                        done.bytes_copied += bytes;
+                    }
+                    tx.commit()?;
+                    progress(done);
+                    if entries.peek().is_none() {
+                        break;
+                    }
+                }
+                report.tables += 1;
+            }
+        }
+        drop(rx);
+        report.entries = done.entries_copied;
+        copy.close()?;
+        // The copy is complete and synced; only now does it get the name.
+        finish(&*vfs, &tmp, name)?;
+        report.file_bytes = vfs.open(name, crate::storage::OpenMode::ReadOnly)?.len()?;
+        Ok(report)
+    }
+}
+
+/// Drops the copy's WAL files (it was closed cleanly: nothing to replay)
+/// and gives the data file its name, durably.
+fn finish(vfs: &dyn Vfs, tmp: &str, name: &str) -> Result<()> {
+    for f in vfs.list()? {
+        if crate::wal::is_segment_of(tmp, &f) {
+            vfs.remove(&f)?;
+        }
+    }
+    vfs.rename(tmp, name)?;
+    vfs.sync_dir()?;
+    Ok(())
+}
