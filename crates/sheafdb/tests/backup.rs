@@ -327,6 +327,9 @@ fn backup_to_a_real_path() -> Result<()> {
     db.close()?;
     let ro = Database::open_read_only(dir.path().join("live.sheaf"))?;
     ro.backup_to(dir.path().join("again.sheaf"))?;
-    assert_eq!(contents(&Database::open(dir.path().join("again.sheaf"))?)?, want);
+    assert_eq!(
+        contents(&Database::open(dir.path().join("again.sheaf"))?)?,
+        want
+    );
     Ok(())
 }
