@@ -135,6 +135,9 @@ impl Database {
             .wal_record_max_bytes(4096)
             .wal_first_segment_bytes(64 << 10)
             .cache_size_bytes(16 << 20)
+            // Small first extents: a small database makes a small backup
+            // (extents still grow with the data, up to the usual cap).
+            .extent_sizes(64 << 10, 64 << 20)
             .durability(Durability::None)
             .create_with_vfs(vfs.clone(), &tmp)?;
         let mut report = BackupReport::default();

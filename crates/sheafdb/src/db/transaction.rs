@@ -370,6 +370,22 @@ fn next_txn_token() -> u64 {
 /// taken after it and keeps it (it can be restored again). A savepoint
 /// lives only as long as its transaction; it does not survive commit
 /// (persistent savepoints are not supported: see the README).
+///
+/// ```
+/// use sheafdb::{Database, TableDefinition};
+/// const T: TableDefinition<u64, &str> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("s.sheaf")).unwrap();
+/// let mut tx = db.begin_write()?;
+/// tx.open_table(T)?.insert(1, "kept")?;
+/// let sp = tx.savepoint()?;
+/// tx.open_table(T)?.insert(2, "undone")?;
+/// tx.delete_table("t")?;
+/// tx.restore_savepoint(&sp)?; // the insert of 2 and the delete are undone
+/// assert_eq!(tx.open_table(T)?.len()?, 1);
+/// tx.commit()?;
+/// # Ok::<(), sheafdb::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Savepoint {
     txn: u64,

@@ -188,6 +188,30 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
 /// A cursor over a write transaction's table ([`Table::cursor`]): moves
 /// like a [`ReadOnlyCursor`] (seeing the transaction's own writes) and
 /// replaces or removes the entry it is on.
+///
+/// ```
+/// use sheafdb::{Database, TableDefinition};
+/// const T: TableDefinition<u32, u32> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("c.sheaf")).unwrap();
+/// let tx = db.begin_write()?;
+/// {
+///     let mut t = tx.open_table(T)?;
+///     for k in 0..10 {
+///         t.insert(k, k)?;
+///     }
+///     let mut c = t.cursor();
+///     let (k, _) = c.seek(5)?.unwrap();
+///     assert_eq!(k.value(), 5);
+///     c.update(50)?; // 5 -> 50
+///     c.next()?;
+///     c.remove()?; // removes 6; the cursor stays between 5 and 7
+///     assert_eq!(c.next()?.unwrap().0.value(), 7);
+///     assert_eq!(c.prev()?.unwrap().1.value(), 50);
+/// }
+/// tx.commit()?;
+/// # Ok::<(), sheafdb::Error>(())
+/// ```
 pub struct TableCursor<'a, 'txn, K: Key + 'static, V: Value + 'static> {
     table: &'a mut Table<'txn, K, V>,
     pos: Pos,

@@ -75,6 +75,26 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 }
 
 /// A key of a write table ([`Table::entry`]).
+///
+/// ```
+/// use sheafdb::{Database, TableDefinition};
+/// const COUNTS: TableDefinition<&str, u64> = TableDefinition::new("counts");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("e.sheaf")).unwrap();
+/// let tx = db.begin_write()?;
+/// {
+///     let mut t = tx.open_table(COUNTS)?;
+///     for word in ["a", "b", "a"] {
+///         t.entry(word)?.and_modify(|n| n + 1)?.or_insert(1)?;
+///     }
+///     assert_eq!(t.get("a")?.unwrap().value(), 2);
+///     if let Some(mut b) = t.get_mut("b")? {
+///         b.insert(10)?;
+///     }
+/// }
+/// tx.commit()?;
+/// # Ok::<(), sheafdb::Error>(())
+/// ```
 pub enum Entry<'a, 'txn, K: Key + 'static, V: Value + 'static> {
     /// The key has a value.
     Occupied(OccupiedEntry<'a, 'txn, K, V>),

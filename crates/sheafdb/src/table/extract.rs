@@ -24,6 +24,30 @@ use crate::error::Result;
 /// each entry it yields (those the predicate accepts, in key order) is
 /// removed from the table as it is yielded. Entries after the last one
 /// taken are left alone, so dropping it early removes only what was seen.
+///
+/// ```
+/// use sheafdb::{Database, TableDefinition};
+/// const T: TableDefinition<u32, u32> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("x.sheaf")).unwrap();
+/// let tx = db.begin_write()?;
+/// {
+///     let mut t = tx.open_table(T)?;
+///     for k in 0..10 {
+///         t.insert(k, k)?;
+///     }
+///     // Takes the first two even keys only: 4, 6 and 8 stay.
+///     let taken: Vec<u32> = t
+///         .extract_if(|k, _| k % 2 == 0)?
+///         .take(2)
+///         .map(|e| e.map(|(k, _)| k.value()))
+///         .collect::<Result<_, _>>()?;
+///     assert_eq!(taken, [0, 2]);
+///     assert_eq!(t.len()?, 8);
+/// }
+/// tx.commit()?;
+/// # Ok::<(), sheafdb::Error>(())
+/// ```
 pub struct ExtractIf<'a, 'txn, K, V, F>
 where
     K: Key + 'static,

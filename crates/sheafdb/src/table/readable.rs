@@ -16,6 +16,27 @@ use crate::error::Result;
 
 /// Reads shared by [`ReadOnlyTable`] and [`Table`]. Each method is the
 /// inherent method of the same name.
+///
+/// ```
+/// use sheafdb::{Database, ReadableTable, Result, TableDefinition};
+/// const T: TableDefinition<u32, u64> = TableDefinition::new("t");
+///
+/// fn total(t: &impl ReadableTable<u32, u64>) -> Result<u64> {
+///     t.iter()?.map(|e| e.map(|(_, v)| v.value())).sum()
+/// }
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("r.sheaf")).unwrap();
+/// let tx = db.begin_write()?;
+/// {
+///     let mut t = tx.open_table(T)?;
+///     t.insert(1, 5)?;
+///     t.insert(2, 7)?;
+///     assert_eq!(total(&t)?, 12); // a write table
+/// }
+/// tx.commit()?;
+/// assert_eq!(total(&db.begin_read()?.open_table(T)?)?, 12); // a snapshot's
+/// # Ok::<(), sheafdb::Error>(())
+/// ```
 pub trait ReadableTable<K: Key + 'static, V: Value + 'static> {
     /// The value stored under `key`.
     fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<Option<AccessGuard<V>>>
