@@ -810,6 +810,20 @@ fn table_stats_count_pages_and_bytes() -> Result<()> {
         page_bytes,
         "{s:?}"
     );
+    // The database sums every table of every CF.
+    let other = db.cf_or_create("other")?;
+    let tx = other.begin_write()?;
+    tx.open_table(NUMS)?.insert(1, 1)?;
+    tx.commit()?;
+    let d = db.stats()?;
+    assert_eq!(
+        (d.column_families, d.tables, d.entries),
+        (2, 2, 5002),
+        "{d:?}"
+    );
+    assert_eq!(d.leaf_pages, s.leaf_pages + 1, "{d:?}");
+    assert_eq!(d.max_tree_height, s.tree_height);
+    assert!(d.file_bytes >= (s.total_pages() + 1) * 4096, "{d:?}");
     // The write handle sees the same through the trait.
     let tx = db.begin_write()?;
     let w = tx.open_table(def("s"))?;

@@ -87,3 +87,65 @@ impl Database {
         self.shared.file_info()
     }
 }
+
+/// What the whole database holds at one snapshot ([`Database::stats`]):
+/// every table of every column family, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DatabaseStats {
+    /// Column families.
+    pub column_families: u64,
+    /// Tables over all column families.
+    pub tables: u64,
+    /// Entries over all tables (as `len()` counts them).
+    pub entries: u64,
+    /// The tallest table tree's height.
+    pub max_tree_height: u32,
+    /// Leaf pages over all tables.
+    pub leaf_pages: u64,
+    /// Branch pages over all tables.
+    pub branch_pages: u64,
+    /// Overflow pages (large values) over all tables.
+    pub overflow_pages: u64,
+    /// Bytes of keys and values stored in the tables' pages.
+    pub stored_bytes: u64,
+    /// Bytes of page headers, slots and separators.
+    pub metadata_bytes: u64,
+    /// Bytes of the tables' pages that hold nothing.
+    pub fragmented_bytes: u64,
+    /// Length of the data file in bytes.
+    pub file_bytes: u64,
+    /// Page size in bytes.
+    pub page_size: u64,
+}
+
+impl Database {
+    /// Stats of every table of every column family at one snapshot,
+    /// summed (reads every page of every table tree once: a maintenance
+    /// call, like `check_integrity`). Per table: `ReadableTable::stats`.
+    pub fn stats(&self) -> Result<DatabaseStats> {
+        let rx = self.begin_read()?;
+        let mut s = DatabaseStats {
+            page_size: self.page_size() as u64,
+            file_bytes: self.shared.space.pager.storage().len()?,
+            ..DatabaseStats::default()
+        };
+        for name in self.list_cfs()? {
+            let cf = self.cf(&name)?;
+            s.column_families += 1;
+            for info in rx.list_table_info_in(&cf)? {
+                let t = rx.open_untyped_table_in(&cf, &info.name)?.stats()?;
+                s.tables += 1;
+                s.entries += t.entries;
+                s.max_tree_height = s.max_tree_height.max(t.tree_height);
+                s.leaf_pages += t.leaf_pages;
+                s.branch_pages += t.branch_pages;
+                s.overflow_pages += t.overflow_pages;
+                s.stored_bytes += t.stored_bytes;
+                s.metadata_bytes += t.metadata_bytes;
+                s.fragmented_bytes += t.fragmented_bytes;
+            }
+        }
+        Ok(s)
+    }
+}

@@ -51,7 +51,7 @@ use registry::CfRegistry;
 pub use backup::{BackupProgress, BackupReport};
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use compact::CompactReport;
-pub use info::FileInfo;
+pub use info::{DatabaseStats, FileInfo};
 pub use integrity::IntegrityReport;
 pub use transaction::{
     MultiWriteTransaction, ReadTransaction, Savepoint, TableInfo, UntypedReadTable, UntypedTable,
