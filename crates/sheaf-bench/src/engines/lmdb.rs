@@ -27,8 +27,8 @@ use heed::types::Bytes;
 use heed::{CommitOrAbort, CompactionOption, Database, Env, EnvFlags, EnvOpenOptions, FlagSetMode};
 
 use super::{
-    copy_into, table_name, Compaction, Engine, EngineKind, KvRef, OpenOptions, Reader, Result,
-    Snapshot, SyncMode, TableId, WriterLayout,
+    copy_into, table_name, Backup, Compaction, Engine, EngineKind, KvRef, OpenOptions, Reader,
+    Result, Snapshot, SyncMode, TableId, WriterLayout,
 };
 
 type Db = Database<'static, Bytes, Bytes>;
@@ -150,6 +150,17 @@ impl LmdbEngine {
     }
 }
 
+impl LmdbEngine {
+    /// `mdb_env_copy2` with `MDB_CP_COMPACT` into `dest/data.mdb` while
+    /// the env stays open (a read transaction's snapshot).
+    fn backup_to(&self, dest: &Path) -> Result<()> {
+        self.env()
+            .copy_to_path(dest.join("data.mdb"), CompactionOption::Enabled)?
+            .sync_all()?;
+        Ok(())
+    }
+}
+
 impl Engine for LmdbEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Lmdb
@@ -190,6 +201,11 @@ impl Engine for LmdbEngine {
     fn len(&self, table: TableId) -> Result<u64> {
         let rtxn = self.env().read_txn()?;
         Ok(self.dbs[table.0].len(&rtxn)?)
+    }
+
+    fn backup(&self, dest: &Path) -> Result<Backup> {
+        self.backup_to(dest)?;
+        Ok(Backup::Done)
     }
 
     fn compact(&mut self) -> Result<Compaction> {

@@ -82,6 +82,15 @@ pub enum Compaction {
     NotAvailable,
 }
 
+/// What `backup` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backup {
+    /// The engine wrote a consistent copy into the directory given.
+    Done,
+    /// The engine has no online backup the harness can call.
+    NotAvailable,
+}
+
 /// How an engine gives several concurrent writers their own space.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WriterLayout {
@@ -244,6 +253,13 @@ pub trait Engine: Send + Sync {
     fn len(&self, table: TableId) -> Result<u64>;
     /// Runs the engine's compaction, if it has one.
     fn compact(&mut self) -> Result<Compaction>;
+    /// Writes a consistent copy of the open database into the empty
+    /// directory `dest` with the engine's online backup, if it has one
+    /// (the database stays open and usable meanwhile).
+    fn backup(&self, dest: &Path) -> Result<Backup> {
+        let _ = dest;
+        Ok(Backup::NotAvailable)
+    }
     /// Creates a table (or CF/keyspace) named `name` and commits durably.
     fn create_table(&self, name: &str) -> Result<()>;
     /// Drops the table created by [`Engine::create_table`] and commits durably.

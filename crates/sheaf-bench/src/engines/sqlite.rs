@@ -22,8 +22,8 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    copy_into, table_name, Compaction, Engine, EngineKind, KvRef, OpenOptions, Reader, Result,
-    Snapshot, SyncMode, TableId, WriterLayout,
+    copy_into, table_name, Backup, Compaction, Engine, EngineKind, KvRef, OpenOptions, Reader,
+    Result, Snapshot, SyncMode, TableId, WriterLayout,
 };
 
 /// SQL text of one table's statements (the cache key of `prepare_cached`).
@@ -170,6 +170,22 @@ impl Engine for SqliteEngine {
         let mut stmt = w.conn.prepare_cached(&self.sql[table.0].count)?;
         let n: i64 = stmt.query_row([], |r| r.get(0))?;
         Ok(u64::try_from(n)?)
+    }
+
+    /// The online backup API (`sqlite3_backup_*`, all pages in one step)
+    /// from a connection of its own, into `dest/backup.sqlite`.
+    fn backup(&self, dest: &Path) -> Result<Backup> {
+        let src = Connection::open(&self.path)?;
+        src.busy_timeout(std::time::Duration::from_secs(30))?;
+        let mut dst = Connection::open(dest.join("backup.sqlite"))?;
+        let b = rusqlite::backup::Backup::new(&src, &mut dst)?;
+        // -1: every remaining page in one step; retried while busy.
+        loop {
+            match b.step(-1)? {
+                rusqlite::backup::StepResult::Done => return Ok(Backup::Done),
+                _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
     }
 
     fn compact(&mut self) -> Result<Compaction> {

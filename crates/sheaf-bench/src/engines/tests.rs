@@ -120,6 +120,19 @@ fn roundtrip(kind: EngineKind) {
     check_all(engine.as_ref(), TableId(1), &other);
     check_all(engine.as_ref(), MAIN_TABLE, &expect);
 
+    // An online backup writes files where the engine has one; the
+    // database stays usable.
+    let backup_dir = tempfile::tempdir().unwrap();
+    let outcome = engine.backup(backup_dir.path()).unwrap();
+    let has_backup = matches!(
+        kind,
+        EngineKind::Sheafdb | EngineKind::Sqlite | EngineKind::Lmdb
+    );
+    assert_eq!(outcome == Backup::Done, has_backup, "{kind} backup");
+    let copied = dir_size_bytes(backup_dir.path()).unwrap();
+    assert_eq!(copied > 0, has_backup, "{kind} backup size {copied}");
+    check_all(engine.as_ref(), MAIN_TABLE, &expect);
+
     // Compaction keeps the data and the footprint is measurable.
     assert!(engine.disk_bytes().unwrap() > 0, "{kind} disk bytes");
     engine.compact().unwrap();

@@ -6,10 +6,14 @@
 //! inserts; no-sync single-insert transactions; `len()`; random point reads
 //! (median of 3 passes, one read transaction per pass); random range reads
 //! of 10 entries; random point reads with 1, 2, 4 threads; removal of half
-//! the loaded keys in one durable transaction; size on disk after load,
+//! the loaded keys in one durable transaction; an online backup of that
+//! state (time and size; SQLite's backup API, LMDB's compacting copy,
+//! sheafdb's `backup_to`; N/A where none); size on disk after load,
 //! after removal and after the engine's compaction (N/A where none).
 
-use crate::engines::{Compaction, Engine, EngineKind, OpenOptions, Result, SyncMode, MAIN_TABLE};
+use crate::engines::{
+    Backup, Compaction, Engine, EngineKind, OpenOptions, Result, SyncMode, MAIN_TABLE,
+};
 use crate::report::{Better, Chart, Report, Series};
 use crate::stats::{median, per_sec, time, Latencies};
 use crate::workload::{uniform_indices, Dataset};
@@ -140,6 +144,7 @@ fn run_engine(
     range_reads(engine.as_ref(), data, s, ctx.seed, rep)?;
     let threaded = threaded_point_reads(engine.as_ref(), data, s, ctx.seed, rep)?;
     remove_half(engine.as_ref(), data, s.load, rep)?;
+    backup(engine.as_ref(), rep)?;
     compaction(engine, rep)?;
     Ok(threaded)
 }
@@ -399,6 +404,39 @@ fn remove_half(engine: &dyn Engine, data: &Dataset, load: usize, rep: &mut Repor
         "removes/s",
         Better::Higher,
     );
+    Ok(())
+}
+
+/// The engine's online backup of the database after the removal (time and
+/// size of the copy); N/A where the engine has none.
+fn backup(engine: &dyn Engine, rep: &mut Report) -> Result<()> {
+    let kind = engine.kind();
+    progress(SUITE, kind, "backup");
+    let dest = engine.dir().with_extension("backup");
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::create_dir_all(&dest)?;
+    let (outcome, d) = time(|| engine.backup(&dest))?;
+    let w = "online backup (after removal)";
+    match outcome {
+        Backup::Done => {
+            let size = crate::engines::dir_size_bytes(&dest)?;
+            rep.add(w, kind, "time", d.as_secs_f64() * 1e3, "ms", Better::Lower);
+            rep.add(
+                "size of backup",
+                kind,
+                "disk",
+                size as f64,
+                "bytes",
+                Better::Lower,
+            );
+        }
+        Backup::NotAvailable => {
+            let why = "engine has no online backup";
+            rep.add_missing(w, kind, "time", "ms", Better::Lower, why);
+            rep.add_missing("size of backup", kind, "disk", "bytes", Better::Lower, why);
+        }
+    }
+    std::fs::remove_dir_all(&dest)?;
     Ok(())
 }
 
