@@ -283,6 +283,29 @@ impl DbShared {
         replay_lsn: Lsn,
         persisted: &dyn Fn(CfId) -> Option<Vec<crate::format::records::PageRange>>,
     ) -> Result<()> {
+        // Compaction asks for the system tree and the blob below a limit.
+        // Where the pages below it ran out (other CFs took them), the
+        // checkpoint is written without the limit instead of failing: the
+        // allocation failed before anything was written, and the cut that
+        // follows only gives back less.
+        let limit = self.ckpt.relocate_below.load(Ordering::Acquire);
+        if limit > 0 {
+            let mut sp = TxnPages::new(self.space.clone(), CfId::SYSTEM, sys.alloc.clone());
+            let descs = descriptors.clone();
+            let alloc = sys.alloc.clone();
+            let limited = SystemLimit::set(&alloc, limit);
+            let r = self.write_checkpoint_inner(sys, &mut sp, runs, descs, replay_lsn, persisted);
+            drop(limited);
+            match r {
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => sp.rollback(),
+                r => {
+                    if r.is_err() {
+                        sp.rollback();
+                    }
+                    return r;
+                }
+            }
+        }
         let mut sp = TxnPages::new(self.space.clone(), CfId::SYSTEM, sys.alloc.clone());
         let result =
             self.write_checkpoint_inner(sys, &mut sp, runs, descriptors, replay_lsn, persisted);
@@ -308,9 +331,11 @@ impl DbShared {
                 None => btree::remove(sp, &mut root, &cf_key(*cf))?,
             };
         }
-        // Compaction: the system tree and the blob move below its limit.
-        let limit = self.ckpt.relocate_below.load(Ordering::Acquire);
-        let _limited = (limit > 0).then(|| SystemLimit::set(&sys.alloc, limit));
+        // Compaction: the system tree and the blob move below the limit
+        // the caller set on the system allocator. Every allocation happens
+        // before the first write, so running out below it (`StorageFull`)
+        // changes nothing.
+        let limit = sys.alloc.lock().limit().unwrap_or(0);
         if limit > 0 {
             btree::relocate(sp, &mut root, PageId(limit))?;
             debug_assert!(

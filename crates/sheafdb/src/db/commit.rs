@@ -231,7 +231,14 @@ impl DbShared {
         let built = st.fold_base().and_then(|()| st.flush_tables());
         let lock = match built.and_then(|()| cf.lock_writer_within(FOLD_LOCK_WAIT)) {
             Ok(lock) => lock,
+            // Busy writer, or a compaction limits this CF's allocator right
+            // now (allocation never does I/O: `StorageFull` here is that
+            // limit): give up, a later checkpoint folds.
             Err(Error::WriterBusy(_) | Error::WouldDeadlock(_)) => {
+                st.pages.rollback();
+                return Ok(false);
+            }
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
                 st.pages.rollback();
                 return Ok(false);
             }

@@ -231,6 +231,7 @@ impl DbShared {
         if limit < file {
             let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
             self.pool_free_space(&cfs, limit);
+            self.reserve_system_room(limit)?;
             for cf in &cfs {
                 match self.relocate_cf(cf, limit) {
                     Ok(n) => report.pages_moved += n,
@@ -266,6 +267,33 @@ impl DbShared {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// Before the CFs' relocations take the pooled space below `limit`:
+    /// the system allocator claims a run below it large enough for a new
+    /// copy of the system tree and of the metadata blob (twice each, with
+    /// slack), so the checkpoint that moves them below the limit finds
+    /// room. Where the pool has no such run, the checkpoint falls back to
+    /// writing them unlimited (`write_checkpoint_with`).
+    fn reserve_system_room(&self, limit: u64) -> Result<()> {
+        let sys = self.ckpt.sys.lock();
+        let reader = crate::txn::pages::TxnPages::new(
+            self.space.clone(),
+            crate::types::CfId::SYSTEM,
+            sys.alloc.clone(),
+        );
+        let mut tree_pages = 0u64;
+        crate::btree::walk(&reader, &sys.root, &mut |_, n, _| {
+            tree_pages += u64::from(n)
+        })?;
+        let blob_pages = sys.meta_run.map_or(1, |(_, n)| u64::from(n));
+        let want = 2 * (tree_pages + blob_pages) + 16;
+        let mut alloc = sys.alloc.lock();
+        if !alloc.reserve_below(want, limit, &self.space.extents) {
+            // A smaller run still lets the blob move.
+            alloc.reserve_below(2 * blob_pages + 4, limit, &self.space.extents);
+        }
+        Ok(())
     }
 
     /// Gives every CF's free runs below `limit` (of at least
@@ -313,13 +341,24 @@ impl DbShared {
                 Err(e) => return Err(e),
             }
         }
+        // Steps of at most 64 MiB; a step that gives nothing back (its
+        // limit was below what the CFs could move into: the free space
+        // there is splintered, or taken) is retried with half the reach,
+        // down to 256 KiB, so the limit climbs to where moves succeed.
+        let mut reach = 64u64 << 20;
         loop {
-            let r = self.compact_step(64 << 20)?;
+            let r = self.compact_step(reach)?;
             total.bytes_after = r.bytes_after;
             total.pages_moved += r.pages_moved;
             total.done = r.done;
-            if r.done || r.bytes_after >= r.bytes_before {
+            if r.done {
                 return Ok(total);
+            }
+            if r.bytes_after >= r.bytes_before {
+                if reach <= 256 << 10 {
+                    return Ok(total);
+                }
+                reach /= 2;
             }
         }
     }

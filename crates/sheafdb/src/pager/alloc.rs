@@ -805,10 +805,43 @@ impl CfAllocator {
         now_free
     }
 
+    /// Makes sure a free run of `pages` contiguous pages lies wholly below
+    /// page `limit`, claiming an extent from `map` below it if none does
+    /// (compaction reserves room for the system tree and the metadata
+    /// blob before the CFs' relocations take the pooled space). False if
+    /// neither was possible.
+    pub fn reserve_below(&mut self, pages: u64, limit: u64, map: &Mutex<ExtentMap>) -> bool {
+        self.drain_released();
+        let fits = self
+            .free
+            .iter()
+            .any(|r| r.pages >= pages && r.start.0 + pages <= limit);
+        if fits {
+            return true;
+        }
+        let Some(ext) = map.lock().claim_below(self.cf, pages, limit) else {
+            return false;
+        };
+        self.extents.push(ext);
+        let ok = self.free.insert(ext.start.0, ext.pages);
+        assert!(
+            ok,
+            "engine invariant: a claimed extent was free in cf {}",
+            self.cf
+        );
+        self.assert_invariants();
+        true
+    }
+
     /// While `limit` is set, pages at or past it are not handed out
     /// (compaction moves pages below it).
     pub fn set_limit(&mut self, limit: Option<u64>) {
         self.limit = limit;
+    }
+
+    /// The limit [`CfAllocator::set_limit`] set, if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
     }
 
     /// Allocates `npages` contiguous pages for the write transaction in
