@@ -55,7 +55,8 @@ pub use mutate::{check_limits, insert, remove};
 #[cfg(test)]
 pub use mutate::{delete, drain_filter, pop_first, pop_last, put, retain};
 #[cfg(test)]
-pub use node::{max_key_len, max_value_len};
+pub use node::max_key_len;
+pub use node::max_value_len;
 pub use relocate::relocate;
 pub use walk::{clear, tree_stats, walk, TreeStats};
 

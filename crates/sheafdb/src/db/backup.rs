@@ -6,8 +6,8 @@
 //! 1. Take a database-wide snapshot and, under the registry's change lock
 //!    (so no CF is created or dropped in between), the names of its CFs.
 //! 2. Create a new database under a temporary name beside the target
-//!    (`NAME.backup-tmp`, removing a leftover of a crashed backup first;
-//!    the target itself must not exist). Copy every CF and table (with
+//!    (`NAME.backup-N.tmp`, a name no file uses; the target must not exist,
+//!    nor WAL files of its name). Copy every CF and table (with
 //!    its key and value type names) in key order, in transactions of
 //!    about [`BATCH_BYTES`]: each commits by a direct checkpoint (its
 //!    record is over the copy's tiny WAL record limit), so the data goes
@@ -21,7 +21,9 @@
 //! exist (or a crash makes the rename vanish), and the temporary file is
 //! complete and synced before it is renamed, so the target is either
 //! absent or the whole backup; never a partial copy under the target's
-//! name. The source is only read.
+//! name. The source is only read. A failed backup removes its temporary
+//! files; one a crash interrupted leaves them (`NAME.backup-N.tmp` and its
+//! WAL files), which are safe to delete.
 //!
 //! Must not know: page layouts (the copy is made through transactions).
 
@@ -65,9 +67,28 @@ pub struct BackupReport {
     pub file_bytes: u64,
 }
 
-/// The temporary name a backup to `name` is built under.
-fn temp_name(name: &str) -> String {
-    format!("{name}.backup-tmp")
+/// A name for the copy being built, beside the target: `NAME.backup-N.tmp`
+/// with a number no file (and no WAL file of one) in `vfs` uses, so a
+/// backup never touches a file it did not create (not even one that
+/// happens to have such a name, which may be an open database).
+fn temp_name(vfs: &dyn Vfs, name: &str) -> Result<String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    let files = vfs.list()?;
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = format!("{name}.backup-{:x}.tmp", seed.wrapping_add(n));
+        let taken = (files.iter()).any(|f| *f == tmp || crate::wal::is_segment_of(&tmp, f));
+        if !taken {
+            return Ok(tmp);
+        }
+    }
+    Err(Error::InvalidArgument(format!(
+        "no free temporary name for a backup to {name:?}"
+    )))
 }
 
 /// A snapshot of every CF with the CF names it had then.
@@ -126,9 +147,35 @@ impl Database {
                 "backup target {name:?} exists; remove it or choose another name"
             )));
         }
+        // WAL files of the target's name (a database whose data file was
+        // deleted) would be taken as the backup's own at its first open.
+        if let Some(stale) = (vfs.list()?)
+            .into_iter()
+            .find(|f| crate::wal::is_segment_of(name, f))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{stale:?} is a WAL file of another database named {name:?}; remove it or \
+                 choose another name"
+            )));
+        }
+        let tmp = temp_name(&*vfs, name)?;
+        let r = self.backup_into(&vfs, &tmp, name, &mut progress);
+        if r.is_err() {
+            // Best effort: the copy is incomplete and only this call knows it.
+            let _ = remove_database(&*vfs, &tmp);
+        }
+        r
+    }
+
+    /// Builds the copy under `tmp` and renames it to `name`.
+    fn backup_into(
+        &self,
+        vfs: &Arc<dyn Vfs>,
+        tmp: &str,
+        name: &str,
+        progress: &mut dyn FnMut(BackupProgress),
+    ) -> Result<BackupReport> {
         let (rx, cfs) = snapshot_with_names(&self.shared);
-        let tmp = temp_name(name);
-        remove_database(&*vfs, &tmp)?;
         let copy = Database::builder()
             .page_size(self.page_size())
             .background_checkpoints(false)
@@ -139,7 +186,7 @@ impl Database {
             // (extents still grow with the data, up to the usual cap).
             .extent_sizes(64 << 10, 64 << 20)
             .durability(Durability::None)
-            .create_with_vfs(vfs.clone(), &tmp)?;
+            .create_with_vfs(vfs.clone(), tmp)?;
         let mut report = BackupReport::default();
         let mut done = BackupProgress::default();
         for (id, cf_name) in &cfs {
@@ -182,8 +229,9 @@ impl Database {
         drop(rx);
         report.entries = done.entries_copied;
         copy.close()?;
-        // The copy is complete and synced; only now does it get the name.
-        finish(&*vfs, &tmp, name)?;
+        // The copy is complete and synced; only now does it get the name
+        // (the rename fails rather than replace a file made meanwhile).
+        finish(&**vfs, tmp, name)?;
         report.file_bytes = vfs.open(name, crate::storage::OpenMode::ReadOnly)?.len()?;
         Ok(report)
     }

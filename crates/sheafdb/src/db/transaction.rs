@@ -400,6 +400,12 @@ fn foreign_savepoint() -> Error {
 /// A write transaction on one CF. Dropping it without `commit` aborts.
 ///
 /// It is `Send`: it may be built on one thread and committed on another.
+/// The thread that uses it last holds its CF's writer lock as far as
+/// `WouldDeadlock` detection knows (every method records the caller); a
+/// thread that received a transaction and, before using it, begins
+/// another on the same CF waits for it, like for any other thread's. It
+/// is not `Sync`: one thread uses it at a time (its table handles are
+/// neither `Send` nor `Sync`).
 pub struct WriteTransaction {
     shared: Arc<DbShared>,
     cf: Arc<CfShared>,
@@ -409,6 +415,8 @@ pub struct WriteTransaction {
     lock: Option<WriterGuard>,
     /// This transaction's number (savepoints carry it).
     token: u64,
+    /// `Send` but not `Sync`.
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -459,6 +467,7 @@ impl WriteTransaction {
             finished: false,
             lock: Some(lock),
             token: next_txn_token(),
+            _not_sync: std::marker::PhantomData,
         })
     }
 
@@ -504,11 +513,13 @@ impl WriteTransaction {
 
     /// Sets how durable `commit` makes this transaction.
     pub fn set_durability(&mut self, d: Durability) {
+        self.claim();
         self.durability = d;
     }
 
     /// The durability `commit` will provide.
     pub fn durability(&self) -> Durability {
+        self.claim();
         self.durability
     }
 
@@ -568,6 +579,7 @@ impl WriteTransaction {
 
     /// Names of all tables (including ones created in this transaction).
     pub fn list_tables(&self) -> Result<Vec<String>> {
+        self.claim();
         self.core.list_tables()
     }
 
@@ -635,6 +647,7 @@ impl WriteTransaction {
 
     /// Discards every change.
     pub fn abort(mut self) -> Result<()> {
+        self.claim();
         self.finished = true;
         self.core.state_mut().pages.rollback();
         Ok(())

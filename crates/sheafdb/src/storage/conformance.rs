@@ -98,7 +98,7 @@ pub fn lock_is_exclusive_until_dropped(vfs: &dyn Vfs) {
     drop(other);
 }
 
-pub fn rename_moves_and_replaces(vfs: &dyn Vfs) {
+pub fn rename_moves_and_never_replaces(vfs: &dyn Vfs) {
     vfs.open("a", OpenMode::CreateNew)
         .unwrap()
         .write_at(0, b"aaa")
@@ -107,6 +107,10 @@ pub fn rename_moves_and_replaces(vfs: &dyn Vfs) {
         .unwrap()
         .write_at(0, b"b")
         .unwrap();
+    let err = vfs.rename("a", "b").unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+    assert_eq!(vfs.open("b", OpenMode::Existing).unwrap().len().unwrap(), 1);
+    vfs.remove("b").unwrap();
     vfs.rename("a", "b").unwrap();
     assert!(!vfs.exists("a").unwrap());
     assert_eq!(vfs.open("b", OpenMode::Existing).unwrap().len().unwrap(), 3);
@@ -129,5 +133,5 @@ pub fn run_all(new_vfs: &dyn Fn() -> Box<dyn Vfs>) {
     open_modes(&*new_vfs());
     bad_names_are_rejected(&*new_vfs());
     lock_is_exclusive_until_dropped(&*new_vfs());
-    rename_moves_and_replaces(&*new_vfs());
+    rename_moves_and_never_replaces(&*new_vfs());
 }

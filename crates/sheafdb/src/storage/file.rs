@@ -129,8 +129,13 @@ impl Vfs for FsVfs {
         File::open(&self.dir)?.sync_all()
     }
 
+    /// A hard link, then the old name's removal: the link fails if `to`
+    /// exists, so no file is ever replaced (`rename(2)` would). A crash
+    /// between the two leaves both names on one file.
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        std::fs::rename(self.path(from)?, self.path(to)?)
+        let (from, to) = (self.path(from)?, self.path(to)?);
+        std::fs::hard_link(&from, &to)?;
+        std::fs::remove_file(&from)
     }
 
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {

@@ -82,6 +82,9 @@ impl Vfs for MemVfs {
         check_name(from)?;
         check_name(to)?;
         let mut files = self.files.lock();
+        if files.contains_key(to) {
+            return Err(already_exists(to));
+        }
         let f = files.remove(from).ok_or_else(|| not_found(from))?;
         files.insert(to.to_owned(), f);
         Ok(())

@@ -117,10 +117,10 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn list(&self) -> io::Result<Vec<String>>;
     /// Makes file creations and removals durable (fsync of the directory).
     fn sync_dir(&self) -> io::Result<()>;
-    /// Renames `from` to `to`, replacing `to` if it exists: atomic (a
-    /// reader sees one name or the other), durable after `sync_dir`. The
-    /// default refuses (`Unsupported`): a `Vfs` without renames cannot
-    /// take backups.
+    /// Renames `from` to `to`; `AlreadyExists` if `to` exists (a file is
+    /// never replaced). Atomic (a reader sees one name or the other),
+    /// durable after `sync_dir`. The default refuses (`Unsupported`): a
+    /// `Vfs` without renames cannot take backups.
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let _ = (from, to);
         Err(io::Error::new(

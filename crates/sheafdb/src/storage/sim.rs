@@ -587,10 +587,11 @@ impl Vfs for SimVfs {
         state.check_op()?;
         check_name(from)?;
         check_name(to)?;
-        let id = state.dir_now.remove(from).ok_or_else(|| not_found(from))?;
-        if let Some(old) = state.dir_now.insert(to.to_owned(), id) {
-            state.collect(old);
+        if state.dir_now.contains_key(to) {
+            return Err(already_exists(to));
         }
+        let id = state.dir_now.remove(from).ok_or_else(|| not_found(from))?;
+        state.dir_now.insert(to.to_owned(), id);
         Ok(())
     }
 

@@ -163,13 +163,17 @@ enum Source<'t> {
         version: Arc<CfVersion>,
     },
     /// A write transaction: the merged view of its pending writes over the
-    /// table's tree, re-read under the state lock at each step.
+    /// table's tree, re-read under the state lock at each step. `made_for`
+    /// is the tree root (and whether the base's buffer was folded) the
+    /// tree walk was made for: a spill of any table folds the buffer into
+    /// every tree, and the walk is then made again from the window.
     Write {
         txn: &'t WriteCore,
         table: TableId,
         window: Window,
         tree: TreeWalk,
         buffered: BufferWalk,
+        made_for: (TreeRoot, bool),
     },
 }
 
@@ -182,6 +186,13 @@ pub struct Range<'t, K: Key + 'static, V: Value + 'static> {
 
 /// One step of the merged view of `table` in `st` (its pending writes over
 /// its tree).
+/// The current tree root of table `id` in `st`, if it is loaded.
+fn tree_of(st: &WriteState, id: TableId) -> Option<TreeRoot> {
+    (st.tables.values())
+        .find(|t| t.meta.id == id)
+        .map(|t| t.root())
+}
+
 pub(super) fn merged_step(
     st: &WriteState,
     table: TableId,
@@ -232,8 +243,17 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 window,
                 tree,
                 buffered,
+                made_for,
             } => match txn.state() {
-                Ok(st) => merged_step(&st, *table, window, (tree, buffered), back),
+                Ok(st) => {
+                    let now = (tree_of(&st, *table).unwrap_or(made_for.0), st.folded);
+                    if now != *made_for {
+                        *tree = TreeWalk::new(&now.0, window);
+                        *buffered = BufferWalk::default();
+                        *made_for = now;
+                    }
+                    merged_step(&st, *table, window, (tree, buffered), back)
+                }
                 Err(e) => Err(e),
             },
         };
@@ -395,9 +415,14 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
 
 /// A table open in a write transaction. Reads see the transaction's own
 /// writes.
+///
+/// Neither `Send` nor `Sync`: it belongs to the thread using its
+/// transaction (a handle used from another thread while this one runs an
+/// `extract_if`/`retain` predicate would wait for it for ever).
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
     pub(super) txn: &'txn WriteCore,
     pub(super) name: String,
+    _not_send: PhantomData<*const ()>,
     _kv: PhantomData<fn() -> (K, V)>,
 }
 
@@ -418,6 +443,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         Table {
             txn,
             name,
+            _not_send: PhantomData,
             _kv: PhantomData,
         }
     }
@@ -532,6 +558,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
                 window,
                 tree,
                 buffered: BufferWalk::default(),
+                made_for: (root, st.folded),
             },
             done: false,
             _kv: PhantomData,

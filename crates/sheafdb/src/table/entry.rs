@@ -254,13 +254,19 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
         K: 'k,
     {
         let key = encode_key::<K>(key.borrow());
-        let bytes = vec![0; len];
+        // Checked before the buffer is allocated: an impossible length is
+        // an error, not an allocation failure.
+        let max = btree::max_value_len();
+        if len > max {
+            return Err(crate::Error::ValueTooLarge { len, max });
+        }
         {
             let st = self.txn.state()?;
             st.check_not_failed()?;
             let ps = btree::store::PageRead::page_size(&st.pages);
-            btree::check_limits(ps, &key, &bytes)?;
+            btree::check_limits(ps, &key, &[])?;
         }
+        let bytes = vec![0; len];
         Ok(ReservedValue {
             table: self,
             key,
@@ -272,7 +278,8 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
 
 /// A value being written in place ([`Table::insert_reserve`]). Derefs to
 /// its bytes; stored by [`ReservedValue::finish`], or when dropped (a
-/// failure then fails the transaction: `commit` reports it).
+/// failure then fails the transaction: `commit` reports it). Dropped by a
+/// panic, it is not stored and the transaction fails.
 pub struct ReservedValue<'a, 'txn, K: Key + 'static, V: Value + 'static> {
     table: &'a mut Table<'txn, K, V>,
     key: Vec<u8>,
@@ -322,6 +329,17 @@ impl<K: Key + 'static, V: Value + 'static> ReservedValue<'_, '_, K, V> {
 
 impl<K: Key + 'static, V: Value + 'static> Drop for ReservedValue<'_, '_, K, V> {
     fn drop(&mut self) {
+        if !self.stored && std::thread::panicking() {
+            // Dropped by a panic while the value was being written: its
+            // bytes are unfinished. Not stored, and the transaction fails,
+            // so it cannot commit without the value it was promised.
+            if let Ok(mut st) = self.table.txn.state() {
+                let _ = st.fail_with(crate::Error::InvalidArgument(
+                    "a panic interrupted writing a reserved value".into(),
+                ));
+            }
+            return;
+        }
         if !self.stored {
             if let Err(e) = self.store() {
                 // Nothing to return it to: the transaction is failed, so

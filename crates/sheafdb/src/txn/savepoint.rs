@@ -93,6 +93,9 @@ impl WriteState {
             .take()
             .expect("engine invariant: the record is kept while savepoints exist");
         log.truncate(mark);
+        // Kept whole until the replay succeeds: a failed replay leaves a
+        // shorter record, and a retry must still find the savepoint's.
+        let kept = log.clone();
         let payload = log.finish();
         self.reset_to_base();
         let replayed = self.replay_payload(&payload);
@@ -102,6 +105,7 @@ impl WriteState {
             "replaying a savepoint's prefix logged other bytes"
         );
         replayed.map_err(|e| {
+            self.log = Some(kept);
             self.failed = Some(format!("restoring a savepoint failed: {e}"));
             e
         })
