@@ -15,7 +15,7 @@ use super::access::{encode_key, encode_value, opt_value, AccessGuard, Table};
 use super::types::{Key, Value};
 use crate::btree;
 use crate::buffer::Held;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// The value at the encoded `key`, read through the transaction's own
@@ -258,7 +258,7 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
         // an error, not an allocation failure.
         let max = btree::max_value_len();
         if len > max {
-            return Err(crate::Error::ValueTooLarge { len, max });
+            return Err(Error::ValueTooLarge { len, max });
         }
         {
             let st = self.txn.state()?;
@@ -334,7 +334,7 @@ impl<K: Key + 'static, V: Value + 'static> Drop for ReservedValue<'_, '_, K, V> 
             // bytes are unfinished. Not stored, and the transaction fails,
             // so it cannot commit without the value it was promised.
             if let Ok(mut st) = self.table.txn.state() {
-                let _ = st.fail_with(crate::Error::InvalidArgument(
+                let _ = st.fail_with(Error::InvalidArgument(
                     "a panic interrupted writing a reserved value".into(),
                 ));
             }
