@@ -165,8 +165,10 @@ pub(crate) fn read_node<S: PageRead + ?Sized>(
 ) -> Result<PageHandle> {
     let page = store.read_handle(id, 1)?;
     let node = NodeRef::parse(&page, id, store.page_size())?;
-    if matches!(page, PageHandle::Slot(_)) {
-        // Shared through the cache, so never mutated: worth an index.
+    // Shared through the cache, so never mutated: worth an index; a leaf
+    // only once it is searched again (building it costs more than one
+    // search, and a fold replaces every leaf it touches).
+    if matches!(page, PageHandle::Slot(_)) && (!node.is_leaf() || page.searched_before()) {
         node.build_index();
     }
     if let Some(level) = expect_level {

@@ -93,13 +93,25 @@ impl PageType {
 }
 
 /// An owned, page-aligned-size buffer holding one page run.
-#[derive(Clone)]
 pub struct PageBuf {
     data: Box<[u8]>,
     /// A search index the B+tree derives from the bytes once and keeps
     /// with the page (the first eight bytes of every key, see
     /// `btree::node`): opaque here, cleared by every mutable access.
     index: std::sync::OnceLock<Box<[u64]>>,
+    /// Set by the first [`PageBuf::searched_before`]: the B+tree builds a
+    /// leaf's index only when the leaf is searched a second time.
+    searched: std::sync::atomic::AtomicBool,
+}
+
+impl Clone for PageBuf {
+    fn clone(&self) -> Self {
+        PageBuf {
+            data: self.data.clone(),
+            index: self.index.clone(),
+            searched: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
 }
 
 impl PartialEq for PageBuf {
@@ -188,6 +200,7 @@ impl PageBuf {
         PageBuf {
             data: vec![0u8; len].into_boxed_slice(),
             index: std::sync::OnceLock::new(),
+            searched: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -196,6 +209,7 @@ impl PageBuf {
         PageBuf {
             data: data.into_boxed_slice(),
             index: std::sync::OnceLock::new(),
+            searched: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -239,6 +253,18 @@ impl PageBuf {
         }
         let built = build(&self.data)?;
         Some(self.index.get_or_init(|| built))
+    }
+
+    /// True if this was asked before (and remembers that it was asked
+    /// now). One write per page, ever: no shared counter on later reads.
+    #[inline]
+    pub fn searched_before(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.searched.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.searched.store(true, Ordering::Relaxed);
+        false
     }
 
     /// Length of the run in bytes.
