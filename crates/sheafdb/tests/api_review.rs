@@ -232,6 +232,7 @@ fn a_panic_while_writing_a_reserved_value_fails_the_transaction() {
 fn an_open_range_sees_a_fold_caused_by_another_tables_spill() {
     const A: TableDefinition<u64, u64> = TableDefinition::new("a");
     let db = Database::builder()
+        .txn_spill_bytes(4 << 20)
         .background_checkpoints(false)
         .create_with_vfs(Arc::new(MemVfs::new()), "x")
         .unwrap();

@@ -19,6 +19,16 @@ use sheafdb::{Database, Durability, Result, TableDefinition};
 
 const T: TableDefinition<u64, u64> = TableDefinition::new("t");
 
+/// Odd seeds fold in rounds of two pages (design.md "Fold rounds"), so
+/// every fold leaves versions with half-folded trees between checkpoints.
+fn rounds(b: sheafdb::Builder, seed: u64) -> sheafdb::Builder {
+    if seed % 2 == 1 {
+        b.fold_round_pages(2)
+    } else {
+        b
+    }
+}
+
 fn mem_db(vfs: &MemVfs, fold_bytes: u64) -> Database {
     builder()
         .background_checkpoints(false)
@@ -245,7 +255,7 @@ fn a_cf_past_its_fold_threshold_is_folded_in_the_background() {
 fn buffered_commits_survive_power_loss_across_folds() {
     for seed in 0..40u64 {
         let vfs = SimVfs::new();
-        let db = builder()
+        let db = rounds(builder(), seed)
             .background_checkpoints(false)
             .buffer_fold_bytes(4 << 10)
             .create_with_vfs(Arc::new(vfs.clone()), "p.sheaf")
@@ -303,10 +313,21 @@ fn a_checkpoint_does_not_wait_for_a_busy_writer() {
 /// per CF), and a checkpoint loop folding all the while.
 #[test]
 fn readers_writers_and_folds_keep_every_invariant() -> Result<()> {
+    for round_pages in [None, Some(1)] {
+        readers_writers_and_folds(round_pages)?;
+    }
+    Ok(())
+}
+
+fn readers_writers_and_folds(round_pages: Option<u64>) -> Result<()> {
     const CFS: usize = 4;
     const KEYS: u64 = 64;
+    let b = match round_pages {
+        Some(p) => builder().fold_round_pages(p),
+        None => builder(),
+    };
     let db = Arc::new(
-        builder()
+        b
             .background_checkpoints(false)
             .buffer_fold_bytes(32 << 10)
             .create_with_vfs(Arc::new(MemVfs::new()), "c.sheaf")?,
@@ -491,8 +512,19 @@ fn multi_cf_commits_are_buffered_and_atomic() {
 /// acknowledged commit is there after reopen, and integrity holds.
 #[test]
 fn a_crash_at_every_step_of_fold_and_checkpoint_loses_nothing() {
+    crash_at_every_step_of_fold(None);
+    // Folded in rounds of one page: the checkpoint runs a round, a
+    // checkpoint, another round, …; a crash anywhere among them.
+    crash_at_every_step_of_fold(Some(1));
+}
+
+fn crash_at_every_step_of_fold(round_pages: Option<u64>) {
+    let b = move || match round_pages {
+        Some(p) => builder().fold_round_pages(p),
+        None => builder(),
+    };
     let build = |vfs: &SimVfs| -> (Database, Vec<(u64, u64)>) {
-        let db = builder()
+        let db = b()
             .background_checkpoints(false)
             .create_with_vfs(Arc::new(vfs.clone()), "f.sheaf")
             .unwrap();
@@ -542,7 +574,7 @@ fn a_crash_at_every_step_of_fold_and_checkpoint_loses_nothing() {
             let _ = db.checkpoint();
             let crashed = vfs.crash(step * 10 + seed);
             drop(db);
-            let db = builder()
+            let db = b()
                 .open_with_vfs(Arc::new(crashed), "f.sheaf")
                 .unwrap_or_else(|e| panic!("step {step} seed {seed}: reopen: {e}"));
             assert_eq!(
@@ -625,7 +657,7 @@ fn power_cuts_during_folds_made_aside_keep_acknowledged_commits() {
     for seed in 0..12u64 {
         let vfs = SimVfs::new();
         let db = Arc::new(
-            builder()
+            rounds(builder(), seed)
                 .background_checkpoints(false)
                 .buffer_fold_bytes(8 << 10)
                 .create_with_vfs(Arc::new(vfs.clone()), "a.sheaf")
@@ -1057,4 +1089,83 @@ fn a_bulk_load_of_random_keys_fills_its_pages() -> Result<()> {
         assert_eq!(t.get(&k[..])?.map(|v| v.value().len()), Some(150));
     }
     Ok(())
+}
+
+/// A fold in rounds (design.md "Fold rounds"), stopped between rounds:
+/// reads, `len()`, an older snapshot, new buffered commits, a tree commit
+/// (which folds the rest at once), `check_integrity` and a crash (replay
+/// over the half-folded trees of the last checkpoint) all see exactly the
+/// committed state.
+#[test]
+fn a_fold_in_rounds_is_exact_between_rounds() {
+    type Model = std::collections::BTreeMap<u64, u64>;
+    let rows = |m: &Model| -> Vec<(u64, u64)> { m.iter().map(|(k, v)| (*k, *v)).collect() };
+    for (seed, tree_commit) in [(1u64, false), (2, true), (3, false)] {
+        let vfs = SimVfs::new();
+        let b = || {
+            builder()
+                .background_checkpoints(false)
+                .fold_round_pages(1)
+        };
+        let db = b().create_with_vfs(Arc::new(vfs.clone()), "r.sheaf").unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(T).unwrap();
+            for k in 0..3000u64 {
+                t.insert(k, k).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        db.checkpoint().unwrap();
+        let mut model: Model = (0..3000).map(|k| (k, k)).collect();
+        // Buffered: updates and removals all over the key space.
+        for i in 0..30u64 {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(T).unwrap();
+                for k in (i..3000).step_by(37) {
+                    if (k + seed) % 3 == 0 {
+                        t.remove(k).unwrap();
+                        model.remove(&k);
+                    } else {
+                        t.insert(k, k * 10 + i).unwrap();
+                        model.insert(k, k * 10 + i);
+                    }
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let before = (db.begin_read().unwrap(), rows(&model));
+        let mut rounds = 0;
+        while rounds < 3 && db.fold_step().unwrap() {
+            rounds += 1;
+            assert_eq!(contents(&db.begin_read().unwrap()), rows(&model), "seed {seed}");
+        }
+        assert_eq!(rounds, 3, "seed {seed}: the fold went in rounds");
+        db.check_integrity().unwrap();
+        // More commits on top of half-folded trees.
+        put(&db, 10_000, 1);
+        model.insert(10_000, 1);
+        if tree_commit {
+            // A catalog change: the writer folds the rest itself.
+            let tx = db.begin_write().unwrap();
+            tx.open_table(def("other")).unwrap();
+            tx.commit().unwrap();
+        }
+        assert_eq!(contents(&db.begin_read().unwrap()), rows(&model), "seed {seed}");
+        assert_eq!(contents(&before.0), before.1, "seed {seed}: the older snapshot");
+        // A crash now: the last checkpoint holds half-folded trees (unless
+        // the tree commit folded the rest); replay goes over them.
+        let crashed = vfs.process_crash();
+        let db2 = b().open_with_vfs(Arc::new(crashed), "r.sheaf").unwrap();
+        assert_eq!(contents(&db2.begin_read().unwrap()), rows(&model), "seed {seed}: reopen");
+        db2.check_integrity().unwrap();
+        while db2.fold_step().unwrap() {}
+        assert_eq!(contents(&db2.begin_read().unwrap()), rows(&model), "seed {seed}: folded");
+        db2.check_integrity().unwrap();
+        // The first instance finishes its fold too.
+        while db.fold_step().unwrap() {}
+        assert_eq!(contents(&db.begin_read().unwrap()), rows(&model), "seed {seed}: folded");
+        db.check_integrity().unwrap();
+    }
 }

@@ -337,25 +337,40 @@ impl MemBuffer {
         out
     }
 
-    /// Every key of every table with its newest slot at version `≤ at`, in
-    /// `(table, key)` order: what a fold applies to the trees.
-    pub fn newest_at(&self, at: Version) -> impl Iterator<Item = (TableId, Arc<[u8]>, Slot)> + '_ {
+    /// Every key of every table from `(table, key)` on, in `(table, key)`
+    /// order, with its newest slot at version `≤ at` and that version:
+    /// what a fold applies to the trees (a fold round resumes where the
+    /// last one stopped; a full fold skips what rounds folded already).
+    pub fn newest_from<'a>(
+        &'a self,
+        at: Version,
+        table: TableId,
+        key: &[u8],
+    ) -> impl Iterator<Item = (TableId, Arc<[u8]>, Version, Slot)> + 'a {
+        let start = probe(table, Pos::Key(key), 0);
+        let first = self.map.lower_bound(Bound::Included(&start as &dyn KeyView));
         let mut last: Option<(TableId, Arc<[u8]>)> = None;
-        self.map.iter().filter_map(move |e| {
-            let k = e.key();
-            if k.version() > at {
-                return None;
+        let mut cur = first;
+        std::iter::from_fn(move || {
+            while let Some(e) = cur.take() {
+                cur = e.next();
+                let k = e.key();
+                if k.version() > at {
+                    continue;
+                }
+                if last
+                    .as_ref()
+                    .is_some_and(|(t, key)| *t == k.table && **key == *k.key)
+                {
+                    continue;
+                }
+                last = Some((k.table, k.key.clone()));
+                return Some((k.table, k.key.clone(), k.version(), e.value().clone()));
             }
-            if last
-                .as_ref()
-                .is_some_and(|(t, key)| *t == k.table && **key == *k.key)
-            {
-                return None;
-            }
-            last = Some((k.table, k.key.clone()));
-            Some((k.table, k.key.clone(), e.value().clone()))
+            None
         })
     }
+
 }
 
 fn as_dyn<'a>(b: &'a Bound<Probe<'a>>) -> Bound<&'a (dyn KeyView + 'a)> {

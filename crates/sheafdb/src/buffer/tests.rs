@@ -129,17 +129,23 @@ fn a_buffer_answers_points_and_seeks_like_its_history() {
                 }
             }
         }
-        // A fold reads the newest slot of every key, in order.
-        let at = Version(9);
-        let folded: Vec<_> = buf
-            .newest_at(at)
-            .map(|(t, k, s)| ((t, k.to_vec()), s))
-            .collect();
-        let want: Vec<_> = hist
-            .iter()
-            .filter_map(|(tk, h)| newest(h, at).map(|s| (tk.clone(), s)))
-            .collect();
-        assert_eq!(folded, want, "seed {seed} newest_at");
+        // A fold (or a fold round, from any key on) reads the newest slot
+        // of every key, in order, with its version.
+        for (at, from) in [(9, (T1, vec![])), (14, (T1, vec![2])), (6, (T2, vec![1, 2]))] {
+            let at = Version(at);
+            let folded: Vec<_> = buf
+                .newest_from(at, from.0, &from.1)
+                .map(|(t, k, v, s)| ((t, k.to_vec()), v, s))
+                .collect();
+            let want: Vec<_> = hist
+                .range(from.clone()..)
+                .filter_map(|(tk, h)| {
+                    let (v, s) = h.iter().rev().find(|(v, _)| *v <= at)?;
+                    Some((tk.clone(), *v, s.clone()))
+                })
+                .collect();
+            assert_eq!(folded, want, "seed {seed} newest_from {from:?} at {at:?}");
+        }
     }
 }
 

@@ -72,7 +72,12 @@ impl DbShared {
     /// Then cuts the file if enough of its tail is free
     /// (`shrink_if_worth_it`).
     pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
-        self.fold_all()?;
+        // Folds go in rounds; each round's checkpoint lets the next reuse
+        // the pages it replaced (see `fold_cf`). Rounds only cover the
+        // versions published when a fold began, so this ends.
+        while self.fold_all()? {
+            self.checkpoint_including(Vec::new())?;
+        }
         self.checkpoint_including(Vec::new())?;
         self.shrink_if_worth_it()
     }

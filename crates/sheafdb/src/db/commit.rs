@@ -22,7 +22,22 @@ use super::budget::Reserved;
 use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
-use crate::txn::{CfShared, CfVersion, Durability, FoldCarry, WriteState, WriterGuard, WriterSlot};
+use crate::txn::{
+    CfShared, CfVersion, Durability, FoldCarry, FoldProgress, WriteState, WriterGuard, WriterSlot,
+};
+
+/// What [`DbShared::fold_cf`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fold {
+    /// The CF's published buffer is folded (or was empty, or the fold was
+    /// overtaken by a tree commit that folded it).
+    Done,
+    /// A round was committed; more rounds are due after a checkpoint.
+    Round,
+    /// Nothing was done now (writer busy, another fold running, a
+    /// compaction's limit): a later checkpoint folds.
+    Busy,
+}
 use crate::types::{CfId, Lsn, PageId, Version};
 
 /// A version queued for publication whose committer has not resolved it
@@ -208,39 +223,54 @@ impl DbShared {
         published.map(|()| lsn)
     }
 
-    /// Folds `cf`'s published buffered commits into its trees *aside*:
-    /// the trees are built from the published version without any lock
-    /// writers need, while they keep committing into the buffer; then,
-    /// holding the writer lock briefly (waiting at most 50 ms for a
-    /// transaction), a fold version is committed (an empty WAL record)
-    /// whose trees hold the folded versions and whose new buffer holds the
-    /// commits made meanwhile. `Ok(false)` if the writer stayed busy or a
-    /// tree commit came in between (the work is discarded; the buffered
-    /// commits stay in the WAL, and a later checkpoint folds them).
-    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<bool> {
-        let folded = cf.current.load_full();
-        if cf.check_live().is_err() || folded.buffer.entries() == 0 {
-            return Ok(true);
+    /// Folds `cf`'s published buffered commits into its trees *aside*, in
+    /// rounds (design.md "Fold rounds"): the trees are built from the
+    /// published version without any lock writers need, while they keep
+    /// committing into the buffer; then, holding the writer lock briefly
+    /// (waiting at most 50 ms for a transaction), a fold version is
+    /// committed (an empty WAL record). A round stops once it holds the
+    /// page budget of [`DbShared::round_budget`]: its version keeps the
+    /// buffer, records how far the rounds got, and replay of its trees
+    /// still resumes where it did before the first round; the last round's
+    /// version holds the folded versions in its trees and the commits made
+    /// meanwhile in a new buffer. Between rounds a checkpoint makes the
+    /// pages the last round replaced reusable, so a fold of a large buffer
+    /// needs free space for one round, not for a copy of every leaf.
+    ///
+    /// `Busy` if the writer stayed busy, another thread folds this CF, or a
+    /// compaction limits its allocator (the work is discarded; the
+    /// buffered commits stay in the WAL, a later checkpoint folds them).
+    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<Fold> {
+        if cf.check_live().is_err() || cf.current.load().buffer.entries() == 0 {
+            return Ok(Fold::Done);
         }
         let Some(_mark) = cf.begin_fold() else {
-            return Ok(false); // another thread is folding this CF
+            return Ok(Fold::Busy); // another thread is folding this CF
         };
+        // Loaded under the mark: no round of another thread is in flight.
+        let folded = cf.current.load_full();
+        if cf.check_live().is_err() || folded.buffer.entries() == 0 {
+            return Ok(Fold::Done);
+        }
         self.health.check_writable()?;
+        let progress = FoldProgress::of(&folded);
+        let budget = self.round_budget(cf);
         let log_max = Some(self.options.wal_record_max_bytes);
         let mut st = WriteState::new(self.space.clone(), cf, folded.clone(), log_max);
-        let built = st.fold_base().and_then(|()| st.flush_tables());
-        let lock = match built.and_then(|()| cf.lock_writer_within(FOLD_LOCK_WAIT)) {
-            Ok(lock) => lock,
+        let built = (st.fold_round(progress.upto, &progress.cursor, budget))
+            .and_then(|o| st.flush_tables().map(|()| o));
+        let (outcome, lock) = match built.and_then(|o| Ok((o, cf.lock_writer_within(FOLD_LOCK_WAIT)?))) {
+            Ok(x) => x,
             // Busy writer, or a compaction limits this CF's allocator right
             // now (allocation never does I/O: `StorageFull` here is that
             // limit): give up, a later checkpoint folds.
             Err(Error::WriterBusy(_) | Error::WouldDeadlock(_)) => {
                 st.pages.rollback();
-                return Ok(false);
+                return Ok(Fold::Busy);
             }
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
                 st.pages.rollback();
-                return Ok(false);
+                return Ok(Fold::Busy);
             }
             Err(e) => {
                 st.pages.rollback();
@@ -248,30 +278,77 @@ impl DbShared {
             }
         };
         let head = lock.head.clone();
-        if cf.check_live().is_err() || !Arc::ptr_eq(&head.buffer, &folded.buffer) {
+        let same_round = match (&head.fold, &folded.fold) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if cf.check_live().is_err() || !Arc::ptr_eq(&head.buffer, &folded.buffer) || !same_round {
             // The CF was dropped (under this lock), or a tree commit
             // replaced the trees meanwhile.
             st.pages.rollback();
-            return Ok(true);
+            return Ok(Fold::Done);
         }
         debug_assert_eq!(head.catalog, folded.catalog, "trees changed under a fold");
-        st.carry = Some(FoldCarry::after(&head, &folded));
+        let last = outcome.next.is_none();
+        if last {
+            // 15.2: the rounds changed each table's count by what the
+            // folded versions' deltas say (else the trees and the buffer
+            // disagree: a tree the file damaged).
+            if let Err(e) = progress.check_complete(&outcome.changes) {
+                st.pages.rollback();
+                return Err(e);
+            }
+        }
+        st.carry = Some(FoldCarry::round(&head, progress, &outcome.changes, outcome.next));
         st.base = head;
         let payload = st.log.take().map(|enc| enc.finish());
         let result = self.commit_trees(cf, &mut st, lock, Durability::None, payload);
         if result.is_err() {
             st.pages.rollback();
         }
-        result.map(|()| true)
+        result.map(|()| if last { Fold::Done } else { Fold::Round })
     }
 
-    /// Folds every CF (see [`DbShared::fold_cf`]).
-    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<()> {
-        let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
-        for cf in &cfs {
-            self.fold_cf(cf)?;
+    /// Pages a fold round of `cf` may hold before it stops: the free space
+    /// it can allocate without growing the file (its own free pages and
+    /// the unowned extents), but at least a sixteenth of the CF's pages in
+    /// use (so a fold takes at most about sixteen rounds) and 64 pages.
+    /// `Builder::fold_round_pages` overrides it (tests).
+    pub(crate) fn round_budget(&self, cf: &CfShared) -> u64 {
+        if let Some(pages) = self.options.fold_round_pages {
+            return pages.max(1);
         }
-        Ok(())
+        let (free, used) = {
+            let a = cf.alloc.lock();
+            let total: u64 = a.extents().iter().map(|e| e.pages).sum();
+            let free = a.free_set().pages();
+            (free, total.saturating_sub(free))
+        };
+        let pool = self.space.extents.lock().free_pages();
+        (free + pool).max(used / 16).max(64)
+    }
+
+    /// Folds every CF (see [`DbShared::fold_cf`]); true if a CF has rounds
+    /// left (the caller checkpoints, then folds again).
+    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<bool> {
+        let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+        let mut more = false;
+        for cf in &cfs {
+            more |= self.fold_cf(cf)? == Fold::Round;
+        }
+        Ok(more)
+    }
+
+    /// Folds `cf` to the end: round, checkpoint, round, … (the checkpoints
+    /// make the pages each round replaced reusable by the next).
+    pub(crate) fn fold_cf_fully(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<Fold> {
+        loop {
+            match self.fold_cf(cf)? {
+                Fold::Round => self.checkpoint_including(Vec::new())?,
+                done_or_busy => return Ok(done_or_busy),
+            }
+        }
     }
 
     /// Before a write transaction: at the buffer stall mark (¾ of the
@@ -289,7 +366,7 @@ impl DbShared {
         while self.budget.over_fold_total() {
             let before = self.budget.used();
             for cf in self.largest_buffers() {
-                self.fold_cf(&cf)?;
+                self.fold_cf_fully(&cf)?;
                 if !self.budget.over_fold_total() {
                     return Ok(());
                 }
@@ -485,6 +562,7 @@ impl DbShared {
             v.buffer = carry.buffer;
             v.deltas = carry.deltas;
             v.tree_base.lsn = carry.tree_lsn;
+            v.fold = carry.fold;
         }
         // B2: the folded buffer's bytes leave the budget (the carried
         // commits stay accounted).
@@ -562,6 +640,8 @@ pub(super) fn install_buffered(
         tree_base: base.tree_base,
         // The catalog is unchanged: so is its decoded form.
         tables: base.tables.clone(),
+        // A fold in rounds goes on under buffered commits.
+        fold: base.fold.clone(),
     });
     cf.set_head_version(version);
     slot.head = v.clone();

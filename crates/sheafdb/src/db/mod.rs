@@ -85,6 +85,12 @@ pub(crate) struct Options {
     pub buffer_total_bytes: u64,
     /// Buffered bytes over all CFs never exceeded; writers stall at ¾.
     pub buffer_limit_bytes: u64,
+    /// Page budget of every fold round instead of the adaptive one
+    /// (`DbShared::round_budget`); tests set it small to exercise rounds.
+    pub fold_round_pages: Option<u64>,
+    /// Pending write bytes of one table past which a transaction applies
+    /// them to the table's tree (`txn::SPILL_BYTES` by default).
+    pub txn_spill_bytes: u64,
 }
 
 impl Default for Options {
@@ -94,7 +100,7 @@ impl Default for Options {
             sync_interval: Duration::from_millis(50),
             wal_segment_bytes: 32 << 20,
             wal_first_segment_bytes: crate::wal::DEFAULT_MIN_SEGMENT_BYTES,
-            wal_record_max_bytes: 16 << 20,
+            wal_record_max_bytes: 32 << 20,
             checkpoint_wal_bytes: 64 << 20,
             checkpoint_dirty_bytes: 256 << 20,
             dirty_hard_limit_bytes: 512 << 20,
@@ -103,6 +109,8 @@ impl Default for Options {
             buffer_fold_bytes: 32 << 20,
             buffer_total_bytes: 64 << 20,
             buffer_limit_bytes: 128 << 20,
+            fold_round_pages: None,
+            txn_spill_bytes: crate::txn::SPILL_BYTES,
         }
     }
 }
@@ -315,6 +323,30 @@ impl Builder {
         self
     }
 
+    /// Bytes of pending writes (keys and values) one table of a write
+    /// transaction keeps before applying them to its tree (default 64 MiB;
+    /// a table without pages keeps them all, so a bulk load fills its
+    /// pages). Below it a transaction can commit into the write buffer
+    /// (no page touched; folded later in rounds that need free space for
+    /// one round only), past it the rest of its writes go to the tree
+    /// (one copy of every leaf they touch, at once): a larger value keeps
+    /// larger transactions buffered, at that much memory per table.
+    pub fn txn_spill_bytes(mut self, bytes: u64) -> Self {
+        self.options.txn_spill_bytes = bytes.max(1);
+        self
+    }
+
+    /// Pages a fold round may rewrite before it stops and a checkpoint
+    /// makes the pages it replaced reusable (design.md "Fold rounds").
+    /// By default a round may use the free space of the file, and at
+    /// least a sixteenth of the column family's pages; a small value
+    /// makes many short rounds (tests use it to put rounds everywhere).
+    #[doc(hidden)]
+    pub fn fold_round_pages(mut self, pages: u64) -> Self {
+        self.options.fold_round_pages = Some(pages.max(1));
+        self
+    }
+
     /// Memory bound of the write buffers over all column families
     /// (design.md "Memory bound"): past `total_bytes` (default 64 MiB) the
     /// background checkpointer folds them; `limit_bytes` (default 128 MiB)
@@ -328,7 +360,8 @@ impl Builder {
     }
 
     /// Transactions whose WAL record would exceed this commit by a direct
-    /// checkpoint instead (default 16 MiB; capped by the segment size).
+    /// checkpoint instead (default 32 MiB, capped by what one WAL segment
+    /// holds).
     pub fn wal_record_max_bytes(mut self, bytes: usize) -> Self {
         self.options.wal_record_max_bytes = bytes;
         self
@@ -534,6 +567,17 @@ impl Database {
     pub fn checkpoint(&self) -> Result<()> {
         self.shared.check_open()?;
         self.shared.checkpoint_all()
+    }
+
+    /// One fold round of every column family with buffered commits, then
+    /// a checkpoint; true if rounds are left. Tests use it to leave a fold
+    /// half done among other operations (`checkpoint` runs every round).
+    #[doc(hidden)]
+    pub fn fold_step(&self) -> Result<bool> {
+        self.shared.check_open()?;
+        let more = self.shared.fold_all()?;
+        self.shared.checkpoint_including(Vec::new())?;
+        Ok(more)
     }
 
     /// Makes every committed transaction durable, whatever its

@@ -458,7 +458,9 @@ impl WriteTransaction {
         shared.check_open()?;
         cf.check_live()?;
         let log_max = shared.options.wal_record_max_bytes;
-        let state = WriteState::new(shared.space.clone(), &cf, lock.head.clone(), Some(log_max));
+        let mut state =
+            WriteState::new(shared.space.clone(), &cf, lock.head.clone(), Some(log_max));
+        state.spill_bytes = shared.options.txn_spill_bytes;
         Ok(WriteTransaction {
             durability: shared.options.durability,
             shared,

@@ -54,6 +54,11 @@ pub struct ExtentMap {
 }
 
 impl ExtentMap {
+    /// Pages of the file no extent owns (claimable without growing it).
+    pub fn free_pages(&self) -> u64 {
+        self.free.pages()
+    }
+
     /// A map for a new file whose first `reserved` pages hold superblocks.
     pub fn new(reserved: u64) -> ExtentMap {
         ExtentMap {

@@ -31,9 +31,10 @@ pub mod version;
 
 pub(crate) use state::{
     check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
+    SPILL_BYTES,
 };
 pub(crate) use version::{
-    CfShared, CfVersion, DbVersion, FoldCarry, FoldMark, WriterGuard, WriterSlot,
+    CfShared, CfVersion, DbVersion, FoldCarry, FoldMark, FoldProgress, WriterGuard, WriterSlot,
 };
 
 /// How durable a commit is when `commit()` returns (design.md §9).

@@ -89,6 +89,11 @@ impl TxnPages {
         !self.private.is_empty() || !self.freed_committed.is_empty()
     }
 
+    /// Pages of the private runs (what this store allocated and holds).
+    pub fn private_pages(&self) -> u64 {
+        self.sizes.values().map(|&n| u64::from(n)).sum()
+    }
+
     /// The private runs (all reachable from the transaction's state if the
     /// tree code freed correctly).
     pub fn private_runs(&self) -> Vec<(PageId, PageRef)> {

@@ -31,8 +31,25 @@ use super::MAX_TABLE_NAME;
 
 /// Pending write bytes (keys and values) of one table past which they are
 /// applied to its tree before commit, bounding a large transaction's
-/// memory to about its pages plus this much.
-pub(crate) const SPILL_BYTES: u64 = 4 << 20;
+/// memory to about its pages plus this much (`Builder::txn_spill_bytes`
+/// sets it per database; this is the default). Below it a transaction's
+/// writes can commit into the write buffer, whose folds go in rounds and
+/// need free space for one round only; past it they are applied to the
+/// tree, copying every leaf they touch at once.
+pub(crate) const SPILL_BYTES: u64 = 64 << 20;
+
+/// Keys a fold round applies to one table's tree at a time (it checks its
+/// page budget between batches).
+pub(crate) const ROUND_BATCH: usize = 512;
+
+/// What a fold round did ([`WriteState::fold_round`]).
+#[derive(Debug)]
+pub(crate) struct RoundOutcome {
+    /// Per table, the change in the tree's entry count.
+    pub changes: std::collections::BTreeMap<TableId, i64>,
+    /// Where the next round starts; `None` if this one reached the end.
+    pub next: Option<(TableId, Arc<[u8]>)>,
+}
 
 /// Entries a repacking compaction holds in memory at once, in bytes.
 pub(crate) const REPACK_BATCH_BYTES: u64 = 8 << 20;
@@ -109,7 +126,7 @@ pub(crate) fn list_catalog<S: btree::store::PageRead>(
 pub(crate) struct TableState {
     pub meta: TableMeta,
     pub dirty: bool,
-    /// Set once the table's pending writes outgrew [`SPILL_BYTES`] and were
+    /// Set once the table's pending writes outgrew the spill size and were
     /// applied: for the rest of the transaction its writes go straight to
     /// its tree (one descent per write instead of a lookup now and an
     /// apply at commit), and its write set stays empty.
@@ -154,7 +171,7 @@ pub(crate) struct WriteState {
     pub tables: HashMap<String, TableState>,
     /// Writes not yet applied to the tables' trees (applied in key order
     /// at commit, or earlier for a table whose writes grow past
-    /// [`SPILL_BYTES`]).
+    /// `spill_bytes`).
     pub writes: WriteSet,
     /// Set once the base's buffered commits were applied to this
     /// transaction's trees (before any tree write): from then on the trees
@@ -180,6 +197,9 @@ pub(crate) struct WriteState {
     /// Set by the first savepoint: the record is kept past
     /// `log_max_bytes` (a restore replays it).
     pub(super) keep_log: bool,
+    /// Pending write bytes of one table (with pages) past which they are
+    /// applied to its tree ([`SPILL_BYTES`] unless the database says).
+    pub spill_bytes: u64,
 }
 
 impl WriteState {
@@ -208,6 +228,7 @@ impl WriteState {
             savepoints: Vec::new(),
             next_savepoint: 0,
             keep_log: false,
+            spill_bytes: SPILL_BYTES,
         }
     }
 
@@ -357,7 +378,12 @@ impl WriteState {
         let names = self.names_by_id()?;
         let mut current: Option<TableId> = None;
         let mut batch: Vec<btree::BatchWrite> = Vec::new();
-        for (id, key, slot) in base.buffer.newest_at(base.version) {
+        for (id, key, version, slot) in base.buffer.newest_from(base.version, TableId(0), &[]) {
+            // Rounds of a fold under way put this one in the trees already
+            // (the deltas count relative to the trees as they are).
+            if (base.fold.as_ref()).is_some_and(|f| f.folded(id, &key, version)) {
+                continue;
+            }
             if current != Some(id) {
                 self.fold_table(current.take(), &names, &mut batch, &base)?;
                 current = Some(id);
@@ -365,6 +391,77 @@ impl WriteState {
             batch.push((key, slot));
         }
         self.fold_table(current, &names, &mut batch, &base)
+    }
+
+    /// One round of a fold in rounds (design.md "Fold rounds"): applies
+    /// the base's buffered entries at versions `≤ upto`, from `from` on in
+    /// `(table, key)` order, to the trees, in batches of at most
+    /// [`ROUND_BATCH`] keys, until this store holds `budget_pages` private
+    /// pages or the entries run out. Returns each table's count change and
+    /// where the next round starts (`None`: nothing left). The state only
+    /// writes the trees (it is marked folded: nothing reads through it).
+    pub fn fold_round(
+        &mut self,
+        upto: crate::types::Version,
+        from: &(TableId, Arc<[u8]>),
+        budget_pages: u64,
+    ) -> Result<RoundOutcome> {
+        self.folded = true;
+        let base = self.base.clone();
+        let names = self.names_by_id()?;
+        let mut changes = std::collections::BTreeMap::new();
+        let mut it = base.buffer.newest_from(upto, from.0, &from.1).peekable();
+        let mut batch: Vec<btree::BatchWrite> = Vec::new();
+        let mut table: Option<TableId> = None;
+        // Small budgets check it often (a page holds tens of keys).
+        let batch_keys = ROUND_BATCH.min(usize::try_from(budget_pages.saturating_mul(16)).unwrap_or(ROUND_BATCH));
+        loop {
+            let next = it.peek().map(|(id, key, _, _)| (*id, key.clone()));
+            let full = batch.len() >= batch_keys;
+            if let Some(id) = table.filter(|&id| full || next.as_ref().is_none_or(|n| n.0 != id)) {
+                self.apply_round_batch(id, &names, &mut batch, &mut changes)?;
+                if next.is_some() && self.pages.private_pages() >= budget_pages {
+                    return Ok(RoundOutcome { changes, next });
+                }
+            }
+            let Some((id, key, _, slot)) = it.next() else {
+                debug_assert!(batch.is_empty(), "a round left entries unapplied");
+                return Ok(RoundOutcome {
+                    changes,
+                    next: None,
+                });
+            };
+            table = Some(id);
+            batch.push((key, slot));
+        }
+    }
+
+    /// Applies one batch of a fold round to table `id`'s tree and adds its
+    /// count change to `changes`. Entries of a table gone since are
+    /// dropped (as a full fold drops them).
+    fn apply_round_batch(
+        &mut self,
+        id: TableId,
+        names: &HashMap<TableId, String>,
+        batch: &mut Vec<btree::BatchWrite>,
+        changes: &mut std::collections::BTreeMap<TableId, i64>,
+    ) -> Result<()> {
+        let writes = std::mem::take(batch);
+        let Some(name) = names.get(&id) else {
+            return Ok(());
+        };
+        self.load_table(name)?;
+        let t = self.tables.get_mut(name).expect("loaded above");
+        let mut root = t.root();
+        let before = i128::from(root.len);
+        let applied = btree::apply_sorted(&mut self.pages, &mut root, &writes);
+        t.set_root(root);
+        applied?;
+        let change = i64::try_from(i128::from(root.len) - before).map_err(|_| {
+            Error::corrupted(format!("table {name:?}: a fold round's count change"), "table tree")
+        })?;
+        *changes.entry(id).or_default() += change;
+        Ok(())
     }
 
     /// Applies one table's buffered writes (`batch`, in key order) to its
@@ -595,7 +692,7 @@ impl WriteState {
     /// Logs that `key` of table `id` becomes `value` (`None`: removed) and
     /// records it in the write set (the old value was `old`), or, for a
     /// table in direct mode, applies it to the tree. A table with pages
-    /// whose pending writes outgrow `SPILL_BYTES` has them applied to its
+    /// whose pending writes outgrow `spill_bytes` has them applied to its
     /// tree now and switches to direct mode (an empty table keeps them
     /// all, so a bulk load fills its pages). A failure applying fails the
     /// transaction.
@@ -634,7 +731,7 @@ impl WriteState {
             && self
                 .writes
                 .table(id)
-                .is_some_and(|w| w.bytes() > SPILL_BYTES)
+                .is_some_and(|w| w.bytes() > self.spill_bytes)
         {
             self.apply_table_writes(id).map_err(|e| self.fail(e))?;
             if let Some(t) = self.tables.values_mut().find(|t| t.meta.id == id) {

@@ -50,6 +50,79 @@ pub(crate) struct CfVersion {
     /// of it), shared by every version with the same catalog tree (the
     /// buffered commits after a tree commit change no catalog entry).
     pub tables: Arc<TableCache>,
+    /// A fold in rounds under way (design.md "Fold rounds"): the trees
+    /// already hold the buffer's entries up to its version for the keys
+    /// before its cursor. `None`: the trees hold exactly `tree_base`.
+    pub fold: Option<Arc<FoldProgress>>,
+}
+
+/// How far a fold in rounds has got. Every round folds the buffer's
+/// entries at versions `≤ upto` for the next range of `(table, key)`;
+/// `deltas` of the versions meanwhile count relative to the trees as they
+/// are (so reads and `len()` stay exact), and their `tree_base` keeps the
+/// LSN of the trees before the first round, where replay must resume.
+#[derive(Debug)]
+pub(crate) struct FoldProgress {
+    /// The version whose entries the rounds fold.
+    pub upto: Version,
+    /// Its LSN: where replay resumes once the last round is done.
+    pub upto_lsn: Lsn,
+    /// Keys before this `(table, key)` are folded.
+    pub cursor: (TableId, Arc<[u8]>),
+    /// Per table, the entry-count change the folded versions make (the
+    /// `deltas` of version `upto`): what the rounds must add up to.
+    pub expected: Arc<BTreeMap<TableId, i64>>,
+    /// Per table, the count change the rounds so far made in the trees.
+    pub done: BTreeMap<TableId, i64>,
+}
+
+impl FoldProgress {
+    /// Where the next round of a fold of `v` starts: where the last one
+    /// stopped, or (no fold under way) at the first key, folding `v`.
+    pub fn of(v: &CfVersion) -> FoldProgress {
+        match &v.fold {
+            Some(f) => FoldProgress {
+                upto: f.upto,
+                upto_lsn: f.upto_lsn,
+                cursor: f.cursor.clone(),
+                expected: f.expected.clone(),
+                done: f.done.clone(),
+            },
+            None => FoldProgress {
+                upto: v.version,
+                upto_lsn: v.lsn,
+                cursor: (TableId(0), Arc::from(&[][..])),
+                expected: v.deltas.clone(),
+                done: BTreeMap::new(),
+            },
+        }
+    }
+
+    /// `Corrupted` unless the rounds so far plus `last` (the last round's
+    /// changes) changed every table's count by what the folded versions'
+    /// deltas say (design 15.2).
+    pub fn check_complete(&self, last: &BTreeMap<TableId, i64>) -> Result<()> {
+        let mut made = self.done.clone();
+        for (id, c) in last {
+            *made.entry(*id).or_default() += c;
+        }
+        made.retain(|_, c| *c != 0);
+        let want: BTreeMap<TableId, i64> =
+            (self.expected.iter()).filter(|(_, d)| **d != 0).map(|(i, d)| (*i, *d)).collect();
+        if made != want {
+            return Err(Error::corrupted(
+                format!("a fold changed the entry counts by {made:?}, the buffer says {want:?}"),
+                "table tree",
+            ));
+        }
+        Ok(())
+    }
+
+    /// True if the entry of `table`/`key` at `version` is in the trees
+    /// already (an earlier round folded it).
+    pub fn folded(&self, table: TableId, key: &[u8], version: Version) -> bool {
+        version <= self.upto && (table, key) < (self.cursor.0, &*self.cursor.1)
+    }
 }
 
 /// One table of a decoded catalog: its metadata, and the Rust types it was
@@ -201,6 +274,7 @@ impl CfVersion {
             deltas: Arc::default(),
             tree_base: DurableBase { version, lsn },
             tables: Arc::default(),
+            fold: None,
         }
     }
 
@@ -217,38 +291,61 @@ impl CfVersion {
 }
 
 /// What a fold version carries over from the head it replaces: the
-/// buffered commits newer than the folded version, their count deltas, and
-/// where replay must resume for its trees (the folded version's LSN).
+/// buffered commits it does not hold in its trees, their count deltas
+/// (relative to its trees), where replay must resume for its trees, and
+/// how far a fold in rounds has got.
 #[derive(Debug)]
 pub(crate) struct FoldCarry {
     pub buffer: Arc<MemBuffer>,
     pub deltas: Arc<BTreeMap<TableId, i64>>,
     pub tree_lsn: Lsn,
+    /// A round that leaves more to fold: how far the rounds have got.
+    pub fold: Option<Arc<FoldProgress>>,
 }
 
 impl FoldCarry {
-    /// What a fold of `folded` carries over from `head` (which shares its
-    /// buffer): the entries after the folded version, in a new buffer, in
-    /// version order, and their count deltas.
-    pub fn after(head: &CfVersion, folded: &CfVersion) -> FoldCarry {
-        assert!(
-            Arc::ptr_eq(&head.buffer, &folded.buffer) && head.version >= folded.version,
-            "a fold carries over from a head of the same buffer"
-        );
-        let rest = Arc::new(MemBuffer::new());
-        for (table, key, version, slot) in head.buffer.entries_after(folded.version) {
-            debug_assert!(version <= head.version, "an entry newer than the head");
-            rest.insert(table, key, version, slot);
-        }
+    /// What a fold round carries over from `head`: `changes` (per table,
+    /// the count change the round made in the trees) leave the deltas;
+    /// with `next` (more rounds to go), the buffer is shared and replay
+    /// keeps resuming where it did; without, the rounds are done: the
+    /// entries after `progress.upto` go into a new buffer, and replay of
+    /// the trees resumes after `upto`.
+    pub fn round(
+        head: &CfVersion,
+        progress: FoldProgress,
+        changes: &BTreeMap<TableId, i64>,
+        next: Option<(TableId, Arc<[u8]>)>,
+    ) -> FoldCarry {
         let mut deltas = (*head.deltas).clone();
-        for (id, d) in folded.deltas.iter() {
-            *deltas.entry(*id).or_default() -= d;
+        for (id, c) in changes {
+            *deltas.entry(*id).or_default() -= c;
         }
         deltas.retain(|_, d| *d != 0);
+        let Some(cursor) = next else {
+            let rest = Arc::new(MemBuffer::new());
+            for (table, key, version, slot) in head.buffer.entries_after(progress.upto) {
+                rest.insert(table, key, version, slot);
+            }
+            return FoldCarry {
+                buffer: rest,
+                deltas: Arc::new(deltas),
+                tree_lsn: progress.upto_lsn,
+                fold: None,
+            };
+        };
+        let mut done = progress.done;
+        for (id, c) in changes {
+            *done.entry(*id).or_default() += c;
+        }
         FoldCarry {
-            buffer: rest,
+            buffer: head.buffer.clone(),
             deltas: Arc::new(deltas),
-            tree_lsn: folded.lsn,
+            tree_lsn: head.tree_base.lsn,
+            fold: Some(Arc::new(FoldProgress {
+                cursor,
+                done,
+                ..progress
+            })),
         }
     }
 }

@@ -55,7 +55,8 @@ pub fn dump_snapshot(rx: &sheafdb::ReadTransaction) -> Result<Model> {
 }
 
 /// Small pages and small extents so tests exercise splits, overflow and
-/// extent growth quickly.
+/// extent growth quickly; transactions apply their writes to the trees
+/// past 4 MiB per table (the default keeps 64 MiB).
 pub fn builder() -> Builder {
     Database::builder()
         .page_size(4096)
@@ -63,6 +64,7 @@ pub fn builder() -> Builder {
         .extent_sizes(16 * 4096, 256 * 4096)
         .wal_segment_bytes(256 * 1024)
         .wal_record_max_bytes(64 * 1024)
+        .txn_spill_bytes(4 << 20)
 }
 
 /// Opens (creating) `name` on a simulated disk.
