@@ -817,12 +817,12 @@ fn table_stats_count_pages_and_bytes() -> Result<()> {
     tx.commit()?;
     let d = db.stats()?;
     assert_eq!(
-        (d.column_families, d.tables, d.entries),
+        (d.column_families, d.tables, d.totals.entries),
         (2, 2, 5002),
         "{d:?}"
     );
-    assert_eq!(d.leaf_pages, s.leaf_pages + 1, "{d:?}");
-    assert_eq!(d.max_tree_height, s.tree_height);
+    assert_eq!(d.totals.leaf_pages, s.leaf_pages + 1, "{d:?}");
+    assert_eq!(d.totals.tree_height, s.tree_height);
     assert!(d.file_bytes >= (s.total_pages() + 1) * 4096, "{d:?}");
     // The write handle sees the same through the trait.
     let tx = db.begin_write()?;

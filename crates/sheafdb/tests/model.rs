@@ -44,14 +44,10 @@ fn as_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 fn dump_txn(tx: &sheafdb::WriteTransaction) -> Result<Model> {
     let mut model = Model::new();
     for name in tx.list_tables()? {
-        let t = tx.open_table(def(&name))?;
-        let mut map = BTreeMap::new();
-        for e in t.iter()? {
-            let (k, v) = e?;
-            map.insert(k.value().to_vec(), v.value().to_vec());
-        }
-        assert_eq!(t.len()?, map.len() as u64, "len() disagrees with iteration");
-        model.insert(name, map);
+        model.insert(
+            name.clone(),
+            common::table_map(&tx.open_table(def(&name))?)?,
+        );
     }
     Ok(model)
 }

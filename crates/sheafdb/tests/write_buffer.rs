@@ -327,8 +327,7 @@ fn readers_writers_and_folds(round_pages: Option<u64>) -> Result<()> {
         None => builder(),
     };
     let db = Arc::new(
-        b
-            .background_checkpoints(false)
+        b.background_checkpoints(false)
             .buffer_fold_bytes(32 << 10)
             .create_with_vfs(Arc::new(MemVfs::new()), "c.sheaf")?,
     );
@@ -1102,12 +1101,10 @@ fn a_fold_in_rounds_is_exact_between_rounds() {
     let rows = |m: &Model| -> Vec<(u64, u64)> { m.iter().map(|(k, v)| (*k, *v)).collect() };
     for (seed, tree_commit) in [(1u64, false), (2, true), (3, false)] {
         let vfs = SimVfs::new();
-        let b = || {
-            builder()
-                .background_checkpoints(false)
-                .fold_round_pages(1)
-        };
-        let db = b().create_with_vfs(Arc::new(vfs.clone()), "r.sheaf").unwrap();
+        let b = || builder().background_checkpoints(false).fold_round_pages(1);
+        let db = b()
+            .create_with_vfs(Arc::new(vfs.clone()), "r.sheaf")
+            .unwrap();
         let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_table(T).unwrap();
@@ -1139,7 +1136,11 @@ fn a_fold_in_rounds_is_exact_between_rounds() {
         let mut rounds = 0;
         while rounds < 3 && db.fold_step().unwrap() {
             rounds += 1;
-            assert_eq!(contents(&db.begin_read().unwrap()), rows(&model), "seed {seed}");
+            assert_eq!(
+                contents(&db.begin_read().unwrap()),
+                rows(&model),
+                "seed {seed}"
+            );
         }
         assert_eq!(rounds, 3, "seed {seed}: the fold went in rounds");
         db.check_integrity().unwrap();
@@ -1152,20 +1153,40 @@ fn a_fold_in_rounds_is_exact_between_rounds() {
             tx.open_table(def("other")).unwrap();
             tx.commit().unwrap();
         }
-        assert_eq!(contents(&db.begin_read().unwrap()), rows(&model), "seed {seed}");
-        assert_eq!(contents(&before.0), before.1, "seed {seed}: the older snapshot");
+        assert_eq!(
+            contents(&db.begin_read().unwrap()),
+            rows(&model),
+            "seed {seed}"
+        );
+        assert_eq!(
+            contents(&before.0),
+            before.1,
+            "seed {seed}: the older snapshot"
+        );
         // A crash now: the last checkpoint holds half-folded trees (unless
         // the tree commit folded the rest); replay goes over them.
         let crashed = vfs.process_crash();
         let db2 = b().open_with_vfs(Arc::new(crashed), "r.sheaf").unwrap();
-        assert_eq!(contents(&db2.begin_read().unwrap()), rows(&model), "seed {seed}: reopen");
+        assert_eq!(
+            contents(&db2.begin_read().unwrap()),
+            rows(&model),
+            "seed {seed}: reopen"
+        );
         db2.check_integrity().unwrap();
         while db2.fold_step().unwrap() {}
-        assert_eq!(contents(&db2.begin_read().unwrap()), rows(&model), "seed {seed}: folded");
+        assert_eq!(
+            contents(&db2.begin_read().unwrap()),
+            rows(&model),
+            "seed {seed}: folded"
+        );
         db2.check_integrity().unwrap();
         // The first instance finishes its fold too.
         while db.fold_step().unwrap() {}
-        assert_eq!(contents(&db.begin_read().unwrap()), rows(&model), "seed {seed}: folded");
+        assert_eq!(
+            contents(&db.begin_read().unwrap()),
+            rows(&model),
+            "seed {seed}: folded"
+        );
         db.check_integrity().unwrap();
     }
 }

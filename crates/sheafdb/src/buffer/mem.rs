@@ -348,7 +348,9 @@ impl MemBuffer {
         key: &[u8],
     ) -> impl Iterator<Item = (TableId, Arc<[u8]>, Version, Slot)> + 'a {
         let start = probe(table, Pos::Key(key), 0);
-        let first = self.map.lower_bound(Bound::Included(&start as &dyn KeyView));
+        let first = self
+            .map
+            .lower_bound(Bound::Included(&start as &dyn KeyView));
         let mut last: Option<(TableId, Arc<[u8]>)> = None;
         let mut cur = first;
         std::iter::from_fn(move || {
@@ -370,7 +372,6 @@ impl MemBuffer {
             None
         })
     }
-
 }
 
 fn as_dyn<'a>(b: &'a Bound<Probe<'a>>) -> Bound<&'a (dyn KeyView + 'a)> {

@@ -131,7 +131,11 @@ fn a_buffer_answers_points_and_seeks_like_its_history() {
         }
         // A fold (or a fold round, from any key on) reads the newest slot
         // of every key, in order, with its version.
-        for (at, from) in [(9, (T1, vec![])), (14, (T1, vec![2])), (6, (T2, vec![1, 2]))] {
+        for (at, from) in [
+            (9, (T1, vec![])),
+            (14, (T1, vec![2])),
+            (6, (T2, vec![1, 2])),
+        ] {
             let at = Version(at);
             let folded: Vec<_> = buf
                 .newest_from(at, from.0, &from.1)

@@ -259,24 +259,25 @@ impl DbShared {
         let mut st = WriteState::new(self.space.clone(), cf, folded.clone(), log_max);
         let built = (st.fold_round(progress.upto, &progress.cursor, budget))
             .and_then(|o| st.flush_tables().map(|()| o));
-        let (outcome, lock) = match built.and_then(|o| Ok((o, cf.lock_writer_within(FOLD_LOCK_WAIT)?))) {
-            Ok(x) => x,
-            // Busy writer, or a compaction limits this CF's allocator right
-            // now (allocation never does I/O: `StorageFull` here is that
-            // limit): give up, a later checkpoint folds.
-            Err(Error::WriterBusy(_) | Error::WouldDeadlock(_)) => {
-                st.pages.rollback();
-                return Ok(Fold::Busy);
-            }
-            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
-                st.pages.rollback();
-                return Ok(Fold::Busy);
-            }
-            Err(e) => {
-                st.pages.rollback();
-                return Err(e);
-            }
-        };
+        let (outcome, lock) =
+            match built.and_then(|o| Ok((o, cf.lock_writer_within(FOLD_LOCK_WAIT)?))) {
+                Ok(x) => x,
+                // Busy writer, or a compaction limits this CF's allocator right
+                // now (allocation never does I/O: `StorageFull` here is that
+                // limit): give up, a later checkpoint folds.
+                Err(Error::WriterBusy(_) | Error::WouldDeadlock(_)) => {
+                    st.pages.rollback();
+                    return Ok(Fold::Busy);
+                }
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
+                    st.pages.rollback();
+                    return Ok(Fold::Busy);
+                }
+                Err(e) => {
+                    st.pages.rollback();
+                    return Err(e);
+                }
+            };
         let head = lock.head.clone();
         let same_round = match (&head.fold, &folded.fold) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -300,7 +301,12 @@ impl DbShared {
                 return Err(e);
             }
         }
-        st.carry = Some(FoldCarry::round(&head, progress, &outcome.changes, outcome.next));
+        st.carry = Some(FoldCarry::round(
+            &head,
+            progress,
+            &outcome.changes,
+            outcome.next,
+        ));
         st.base = head;
         let payload = st.log.take().map(|enc| enc.finish());
         let result = self.commit_trees(cf, &mut st, lock, Durability::None, payload);

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use super::{Database, DbShared};
 use crate::error::Result;
 use crate::format::FORMAT_VERSION;
+use crate::table::TableStats;
 use crate::wal::FIRST_LSN;
 
 /// What [`Database::file_info`] reports about the data file and its WAL.
@@ -88,8 +89,7 @@ impl Database {
     }
 }
 
-/// What the whole database holds at one snapshot ([`Database::stats`]):
-/// every table of every column family, summed.
+/// What the whole database holds at one snapshot ([`Database::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DatabaseStats {
@@ -97,26 +97,10 @@ pub struct DatabaseStats {
     pub column_families: u64,
     /// Tables over all column families.
     pub tables: u64,
-    /// Entries over all tables (as `len()` counts them).
-    pub entries: u64,
-    /// The tallest table tree's height.
-    pub max_tree_height: u32,
-    /// Leaf pages over all tables.
-    pub leaf_pages: u64,
-    /// Branch pages over all tables.
-    pub branch_pages: u64,
-    /// Overflow pages (large values) over all tables.
-    pub overflow_pages: u64,
-    /// Bytes of keys and values stored in the tables' pages.
-    pub stored_bytes: u64,
-    /// Bytes of page headers, slots and separators.
-    pub metadata_bytes: u64,
-    /// Bytes of the tables' pages that hold nothing.
-    pub fragmented_bytes: u64,
+    /// Every table's [`TableStats`] summed (`tree_height`: the tallest).
+    pub totals: TableStats,
     /// Length of the data file in bytes.
     pub file_bytes: u64,
-    /// Page size in bytes.
-    pub page_size: u64,
 }
 
 impl Database {
@@ -126,24 +110,20 @@ impl Database {
     pub fn stats(&self) -> Result<DatabaseStats> {
         let rx = self.begin_read()?;
         let mut s = DatabaseStats {
-            page_size: self.page_size() as u64,
             file_bytes: self.shared.space.pager.storage().len()?,
+            totals: TableStats {
+                page_size: self.page_size() as u64,
+                ..TableStats::default()
+            },
             ..DatabaseStats::default()
         };
         for name in self.list_cfs()? {
             let cf = self.cf(&name)?;
             s.column_families += 1;
             for info in rx.list_table_info_in(&cf)? {
-                let t = rx.open_untyped_table_in(&cf, &info.name)?.stats()?;
+                s.totals
+                    .add(&rx.open_untyped_table_in(&cf, &info.name)?.stats()?);
                 s.tables += 1;
-                s.entries += t.entries;
-                s.max_tree_height = s.max_tree_height.max(t.tree_height);
-                s.leaf_pages += t.leaf_pages;
-                s.branch_pages += t.branch_pages;
-                s.overflow_pages += t.overflow_pages;
-                s.stored_bytes += t.stored_bytes;
-                s.metadata_bytes += t.metadata_bytes;
-                s.fragmented_bytes += t.fragmented_bytes;
             }
         }
         Ok(s)

@@ -389,10 +389,7 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         K: 'k,
         V: 'v,
     {
-        let p = pair(
-            &encode_key::<K>(key.borrow()),
-            &encode_key::<V>(value.borrow()),
-        );
+        let p = Self::pair_of(key.borrow(), value.borrow());
         if self.inner.get(p.as_slice())?.is_some() {
             return Ok(true);
         }
@@ -410,11 +407,13 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         K: 'k,
         V: 'v,
     {
-        let p = pair(
-            &encode_key::<K>(key.borrow()),
-            &encode_key::<V>(value.borrow()),
-        );
+        let p = Self::pair_of(key.borrow(), value.borrow());
         Ok(self.inner.remove(p.as_slice())?.is_some())
+    }
+
+    /// The stored form of the pair `(key, value)`.
+    fn pair_of(key: &K::SelfType<'_>, value: &V::SelfType<'_>) -> Vec<u8> {
+        pair(&encode_key::<K>(key), &encode_key::<V>(value))
     }
 
     /// Removes every value of `key`; returns how many there were.

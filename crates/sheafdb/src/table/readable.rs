@@ -117,6 +117,19 @@ impl TableStats {
     pub fn total_pages(&self) -> u64 {
         self.leaf_pages + self.branch_pages + self.overflow_pages
     }
+
+    /// Adds `other`'s counts to these (the height is the taller one's).
+    pub(crate) fn add(&mut self, other: &TableStats) {
+        self.entries += other.entries;
+        self.tree_entries += other.tree_entries;
+        self.tree_height = self.tree_height.max(other.tree_height);
+        self.leaf_pages += other.leaf_pages;
+        self.branch_pages += other.branch_pages;
+        self.overflow_pages += other.overflow_pages;
+        self.stored_bytes += other.stored_bytes;
+        self.metadata_bytes += other.metadata_bytes;
+        self.fragmented_bytes += other.fragmented_bytes;
+    }
 }
 
 impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {

@@ -414,7 +414,8 @@ impl WriteState {
         let mut batch: Vec<btree::BatchWrite> = Vec::new();
         let mut table: Option<TableId> = None;
         // Small budgets check it often (a page holds tens of keys).
-        let batch_keys = ROUND_BATCH.min(usize::try_from(budget_pages.saturating_mul(16)).unwrap_or(ROUND_BATCH));
+        let batch_keys = ROUND_BATCH
+            .min(usize::try_from(budget_pages.saturating_mul(16)).unwrap_or(ROUND_BATCH));
         loop {
             let next = it.peek().map(|(id, key, _, _)| (*id, key.clone()));
             let full = batch.len() >= batch_keys;
@@ -458,7 +459,10 @@ impl WriteState {
         t.set_root(root);
         applied?;
         let change = i64::try_from(i128::from(root.len) - before).map_err(|_| {
-            Error::corrupted(format!("table {name:?}: a fold round's count change"), "table tree")
+            Error::corrupted(
+                format!("table {name:?}: a fold round's count change"),
+                "table tree",
+            )
         })?;
         *changes.entry(id).or_default() += change;
         Ok(())

@@ -107,8 +107,10 @@ impl FoldProgress {
             *made.entry(*id).or_default() += c;
         }
         made.retain(|_, c| *c != 0);
-        let want: BTreeMap<TableId, i64> =
-            (self.expected.iter()).filter(|(_, d)| **d != 0).map(|(i, d)| (*i, *d)).collect();
+        let want: BTreeMap<TableId, i64> = (self.expected.iter())
+            .filter(|(_, d)| **d != 0)
+            .map(|(i, d)| (*i, *d))
+            .collect();
         if made != want {
             return Err(Error::corrupted(
                 format!("a fold changed the entry counts by {made:?}, the buffer says {want:?}"),

@@ -42,16 +42,23 @@ pub fn dump(db: &Database) -> Result<Model> {
 pub fn dump_snapshot(rx: &sheafdb::ReadTransaction) -> Result<Model> {
     let mut model = Model::new();
     for name in rx.list_tables()? {
-        let t = rx.open_table(def(&name))?;
-        let mut map = BTreeMap::new();
-        for e in t.iter()? {
-            let (k, v) = e?;
-            map.insert(k.value().to_vec(), v.value().to_vec());
-        }
-        assert_eq!(t.len()?, map.len() as u64, "len() disagrees with iteration");
-        model.insert(name, map);
+        model.insert(name.clone(), table_map(&rx.open_table(def(&name))?)?);
     }
     Ok(model)
+}
+
+/// Every entry of a table (of a snapshot or a write transaction), checking
+/// that `len()` agrees.
+pub fn table_map(
+    t: &impl sheafdb::ReadableTable<&'static [u8], &'static [u8]>,
+) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let mut map = BTreeMap::new();
+    for e in t.iter()? {
+        let (k, v) = e?;
+        map.insert(k.value().to_vec(), v.value().to_vec());
+    }
+    assert_eq!(t.len()?, map.len() as u64, "len() disagrees with iteration");
+    Ok(map)
 }
 
 /// Small pages and small extents so tests exercise splits, overflow and
