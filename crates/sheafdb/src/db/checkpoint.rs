@@ -74,9 +74,12 @@ impl DbShared {
     pub(crate) fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
         // Folds go in rounds; each round's checkpoint lets the next reuse
         // the pages it replaced (see `fold_cf`). Rounds only cover the
-        // versions published when a fold began, so this ends.
-        while self.fold_all()? {
+        // versions published when a fold began, and a CF whose fold ended
+        // is not folded again here, so this ends while writers go on.
+        let mut folding = self.fold_all()?;
+        while !folding.is_empty() {
             self.checkpoint_including(Vec::new())?;
+            folding = self.fold_rounds(folding)?;
         }
         self.checkpoint_including(Vec::new())?;
         self.shrink_if_worth_it()

@@ -335,13 +335,27 @@ impl DbShared {
         (free + pool).max(used / 16).max(64)
     }
 
-    /// Folds every CF (see [`DbShared::fold_cf`]); true if a CF has rounds
-    /// left (the caller checkpoints, then folds again).
-    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<bool> {
+    /// One fold round of every CF (see [`DbShared::fold_cf`]); returns
+    /// the CFs that have rounds left (the caller checkpoints, then calls
+    /// [`DbShared::fold_rounds`] with them).
+    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<Vec<Arc<CfShared>>> {
         let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
-        let mut more = false;
-        for cf in &cfs {
-            more |= self.fold_cf(cf)? == Fold::Round;
+        self.fold_rounds(cfs)
+    }
+
+    /// One fold round of each of `cfs`; returns those with rounds left.
+    /// A CF whose fold ended is not folded again here: with writers
+    /// committing meanwhile there would always be a new buffer to fold,
+    /// and a checkpoint looping on them would never end.
+    pub(crate) fn fold_rounds(
+        self: &Arc<Self>,
+        cfs: Vec<Arc<CfShared>>,
+    ) -> Result<Vec<Arc<CfShared>>> {
+        let mut more = Vec::new();
+        for cf in cfs {
+            if self.fold_cf(&cf)? == Fold::Round {
+                more.push(cf);
+            }
         }
         Ok(more)
     }

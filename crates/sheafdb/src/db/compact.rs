@@ -381,7 +381,7 @@ impl DbShared {
     ) -> Result<u64> {
         let lock = cf.lock_writer()?;
         cf.check_live()?;
-        let _limit = Limit::set(cf, limit);
+        let limited = Limit::set(cf, limit);
         let log_max = Some(self.options.wal_record_max_bytes);
         let mut st = WriteState::new(self.space.clone(), cf, lock.head.clone(), log_max);
         let moved = match rewrite(&mut st, PageId(limit)) {
@@ -391,6 +391,9 @@ impl DbShared {
                 return Err(e);
             }
         };
+        // Lifted before the commit, which releases the writer lock early:
+        // the next writer of this CF must not allocate under the limit.
+        drop(limited);
         if !st.needs_tree_commit() || !st.pages.is_dirty() {
             st.pages.rollback();
             return Ok(0);

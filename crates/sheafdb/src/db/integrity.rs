@@ -259,8 +259,8 @@ pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result
         }
     }
 
-    for cf in &cfs {
-        let r = check_one(shared, cf, &mut progress)?;
+    for (cf, writer) in cfs.iter().zip(&_writers) {
+        let r = check_one(shared, cf, &writer.head, &mut progress)?;
         report.cfs += r.cfs;
         report.tables += r.tables;
         report.entries += r.entries;
@@ -271,14 +271,17 @@ pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result
     Ok(report)
 }
 
-/// Checks one CF's trees and space; the caller holds its writer lock.
+/// Checks one CF's trees and space; the caller holds its writer lock, and
+/// `version` is its head: the latest committed version, which the
+/// allocator's state describes (a commit hands its pages to the allocator
+/// before it is published, so the published version can be older).
 fn check_one(
     shared: &Arc<DbShared>,
     cf: &Arc<crate::txn::CfShared>,
+    version: &crate::txn::CfVersion,
     progress: &mut Progress<'_>,
 ) -> Result<IntegrityReport> {
     let mut report = IntegrityReport::default();
-    let version = cf.current.load_full();
     let pages = ReadPages::new(shared.space.clone(), cf.id);
     let mut used = RangeSet::new();
     let n_tables = walk_into(&pages, &version.catalog, &mut used, progress)?;
@@ -325,11 +328,11 @@ pub(super) fn check_cf(
     cf: &Arc<crate::txn::CfShared>,
     report_to: ProgressFn<'_>,
 ) -> Result<IntegrityReport> {
-    let _writer = cf.lock_writer()?;
+    let writer = cf.lock_writer()?;
     let _fold = no_fold_running(shared, cf)?;
     let total = in_use(&cf.alloc.lock());
     let mut progress = Progress::start(total, report_to);
-    let report = check_one(shared, cf, &mut progress)?;
+    let report = check_one(shared, cf, &writer.head, &mut progress)?;
     progress.finish();
     Ok(report)
 }

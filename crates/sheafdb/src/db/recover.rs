@@ -124,7 +124,9 @@ impl Replayer {
                 if part.cf == CfId::DEFAULT {
                     return Err(corrupt("record drops the default column family"));
                 }
-                let r = self.cfs.remove(&part.cf).expect("present");
+                let mut r = self.cfs.remove(&part.cf).expect("present");
+                // Trees replay wrote for it (a catalog record) die with it.
+                r.state.pages.rollback();
                 self.shared.registry.unregister(&r.cf);
                 used = true;
                 continue;
