@@ -1090,6 +1090,97 @@ fn a_bulk_load_of_random_keys_fills_its_pages() -> Result<()> {
     Ok(())
 }
 
+/// Folds of random inserts and removals into a bulk-loaded (packed) table
+/// rewrite each run of touched leaves packed to nine tenths (design.md
+/// "Fold rounds", "Runs"): before, every touched full leaf split in two
+/// half-empty pages (1.6 times the ideal after a sixth more keys), and a
+/// fold round could use every free page plus a batch, so the CF took ever
+/// larger extents and the file grew far past the pages in use.
+#[test]
+fn folds_into_a_packed_table_keep_it_packed_and_the_file_close_to_it() -> Result<()> {
+    use rand::{Rng, SeedableRng};
+    const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+    const N: usize = 60_000;
+    let vfs = MemVfs::new();
+    let db = mem_db(&vfs, 64 << 20);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let keys: Vec<[u8; 24]> = (0..N + N / 6).map(|_| rng.gen()).collect();
+    let value = [5u8; 150];
+    let ideal = |n: usize| n.div_ceil(4048 / (7 + 24 + 150 + 2)) as u64;
+    let write = |keys: &[[u8; 24]], put: bool| -> Result<()> {
+        // Small enough to be buffered (under the WAL record limit).
+        for chunk in keys.chunks(200) {
+            let tx = db.begin_write()?;
+            {
+                let mut t = tx.open_table(KV)?;
+                for k in chunk {
+                    if put {
+                        t.insert(&k[..], &value[..])?;
+                    } else {
+                        t.remove(&k[..])?;
+                    }
+                }
+            }
+            tx.commit()?;
+        }
+        Ok(())
+    };
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(KV)?;
+        for k in &keys[..N] {
+            t.insert(&k[..], &value[..])?;
+        }
+    }
+    tx.commit()?;
+    // Pages in use against the ideal; returns the file's size.
+    let check = |n: usize, what: &str| -> Result<u64> {
+        let pages = db.cf("default")?.stats()?.pages_in_use;
+        let file = db.stats()?.file_bytes;
+        eprintln!(
+            "{what}: {pages} pages in use, ideal {}, file {} pages",
+            ideal(n),
+            file / 4096
+        );
+        assert!(
+            pages <= ideal(n) * 5 / 4,
+            "{what}: {pages} pages in use, ideal {}",
+            ideal(n)
+        );
+        Ok(file)
+    };
+    write(&keys[N..], true)?;
+    db.checkpoint()?;
+    let file = check(keys.len(), "a sixth more keys")?;
+    let pages = db.cf("default")?.stats()?.pages_in_use;
+    assert!(
+        file <= (pages * 4096) * 5 / 4 + (2 << 20),
+        "a {file}-byte file for {pages} pages in use"
+    );
+    let half: Vec<[u8; 24]> = keys.iter().step_by(2).copied().collect();
+    write(&half, false)?;
+    db.checkpoint()?;
+    let after = check(keys.len() - half.len(), "half removed")?;
+    // Not strictly no growth: the first round of the removal's fold needs
+    // pages before any it replaces are reusable (after its checkpoint),
+    // and a checkpoint writes system pages (design.md "Fold rounds").
+    assert!(
+        after <= file + file / 50,
+        "removal grew the file from {file} to {after} bytes"
+    );
+    let rx = db.begin_read()?;
+    let t = rx.open_table(KV)?;
+    assert_eq!(t.len()?, (keys.len() - half.len()) as u64);
+    for (i, k) in keys.iter().enumerate().step_by(37) {
+        let want = (i % 2 == 1).then_some(150);
+        assert_eq!(t.get(&k[..])?.map(|v| v.value().len()), want);
+    }
+    drop(t);
+    drop(rx);
+    db.check_integrity()?;
+    Ok(())
+}
+
 /// A fold in rounds (design.md "Fold rounds"), stopped between rounds:
 /// reads, `len()`, an older snapshot, new buffered commits, a tree commit
 /// (which folds the rest at once), `check_integrity` and a crash (replay

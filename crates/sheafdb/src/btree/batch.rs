@@ -93,7 +93,7 @@ fn build_fresh<S: PageWrite + ?Sized>(
     }
     let cells: Vec<NewCell> = values.iter().map(|(k, v, nv)| nv.cell(k, v)).collect();
     let id = store.alloc(1)?;
-    let (children, seps) = write_level(store, id, 0, &cells, None, true)?;
+    let (children, seps) = write_level(store, id, 0, &cells, None, Spread::Pack)?;
     root.root = Some(children[0]);
     root.len = cells.len() as u64;
     grow_root(store, root, 0, children, seps)?;
@@ -101,7 +101,16 @@ fn build_fresh<S: PageWrite + ?Sized>(
 }
 
 /// Applies the writes from `i` on that fall in the leaf holding
-/// `writes[i]`; returns the index of the first write past that leaf.
+/// `writes[i]`, and in the right siblings under the same parent that the
+/// batch touches too (a run, see [`run_of`]); returns the index of the
+/// first write past the run.
+///
+/// A run of several leaves is merged with its writes and written back
+/// packed: the bytes a dense batch adds flow into the next leaf of the run
+/// instead of splitting every leaf in two, and the bytes it removes are
+/// given back the same way. One leaf alone is split evenly when it
+/// overflows (a sparse batch, where packing would make the next insert
+/// split again).
 fn apply_leaf<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
@@ -111,31 +120,32 @@ fn apply_leaf<S: PageWrite + ?Sized>(
 ) -> Result<usize> {
     let ps = store.page_size();
     let d = descend(store, root_id, Target::Key(&writes[i].0))?;
-    let hi = upper_bound(store, &d.path)?;
-    let end = match &hi {
-        Some(h) => i + writes[i..].partition_point(|(k, _)| **k < h[..]),
-        None => writes.len(),
-    };
-    if end == i {
-        return Err(Error::corrupted_page(
-            d.leaf,
-            "a key outside its leaf's bounds",
-        ));
-    }
     let Descent {
         mut path, mut leaf, ..
     } = d;
-    // The path is copied; the leaf is rewritten whole, so a committed
+    // The path is copied; the leaves are rewritten whole, so a committed
     // leaf is read where it is and its cells go to a new page.
     make_private_upto(store, root, &mut path, &mut leaf, false)?;
-    let page = store.read_page(leaf)?;
-    let node = NodeRef::parse(&page, leaf, ps)?;
-    if !node.is_leaf() {
-        return Err(Error::corrupted_page(leaf, "a leaf's copy is not a leaf"));
-    }
-    let n = node.count();
+    let run = run_of(store, &path, leaf, writes, i)?;
+    let end = *run.ends.last().expect("a run has its first leaf");
+    let pages = (run.leaves.iter())
+        .map(|&id| store.read_page(id))
+        .collect::<Result<Vec<_>>>()?;
+    let nodes = (pages.iter().zip(&run.leaves))
+        .map(|(page, &id)| {
+            let node = NodeRef::parse(page, id, ps)?;
+            if node.is_leaf() {
+                Ok(node)
+            } else {
+                Err(Error::corrupted_page(id, "a branch where a leaf belongs"))
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
     // Appending past the tree's last key: pages are packed full.
-    let appends = hi.is_none() && (n == 0 || node.leaf_key(n - 1)? < &writes[i].0[..]);
+    let n0 = nodes[0].count();
+    let appends = run.hi_is_none
+        && run.leaves.len() == 1
+        && (n0 == 0 || nodes[0].leaf_key(n0 - 1)? < &writes[i].0[..]);
     let mut values = Vec::with_capacity(end - i);
     for (k, v) in &writes[i..end] {
         if let Some(v) = v {
@@ -143,56 +153,201 @@ fn apply_leaf<S: PageWrite + ?Sized>(
             values.push(NewValue::store(store, k, v)?);
         }
     }
-    let mut cells = Vec::with_capacity(n + (end - i));
-    let mut frees = Vec::new();
-    let (mut a, mut put) = (0, 0);
-    // Wide enough for any count the file holds plus any batch.
-    let mut len = i128::from(root.len);
-    for (k, v) in &writes[i..end] {
-        while a < n && node.leaf_key(a)? < &k[..] {
-            cells.push(NewCell::Raw {
-                leaf: true,
-                bytes: node.cell_bytes(a)?,
-            });
-            a += 1;
-        }
-        let exists = a < n && node.leaf_key(a)? == &k[..];
-        if exists {
-            frees.extend(overflow_run(ps, node.leaf_cell(a)?.value));
-            a += 1;
-            len -= 1;
-        }
-        if let Some(v) = v {
-            cells.push(values[put].cell(k, v));
-            put += 1;
-            len += 1;
-        }
+    let mut merge = Merge {
+        cells: Vec::with_capacity(nodes.iter().map(NodeRef::count).sum::<usize>() + (end - i)),
+        frees: Vec::new(),
+        // Wide enough for any count the file holds plus any batch.
+        len: i128::from(root.len),
+        put: 0,
+    };
+    let mut from = i;
+    for (node, &to) in nodes.iter().zip(&run.ends) {
+        merge.leaf(ps, node, &writes[from..to], &values)?;
+        from = to;
     }
-    for a in a..n {
-        cells.push(NewCell::Raw {
-            leaf: true,
-            bytes: node.cell_bytes(a)?,
-        });
+    debug_assert_eq!(merge.put, values.len(), "every put has its cell");
+    if !merge.cells.windows(2).all(|w| w[0].key() < w[1].key()) {
+        return Err(Error::corrupted_page(leaf, "leaf keys out of order"));
     }
-    debug_assert_eq!(put, values.len(), "every put has its cell");
-    root.len =
-        u64::try_from(len).map_err(|_| Error::corrupted_page(leaf, "entry count below zero"))?;
+    root.len = u64::try_from(merge.len)
+        .map_err(|_| Error::corrupted_page(leaf, "entry count below zero"))?;
+    let span = run.leaves.len() - 1;
+    debug_assert!(span == 0 || !appends, "an append run is one leaf");
+    let spread = match (appends, span) {
+        (true, _) => Spread::Pack,
+        (false, 0) => Spread::Even,
+        (false, _) => Spread::Dense,
+    };
     let target = private_leaf(store, root, &path, leaf)?;
-    let (children, seps) = write_level(store, target, 0, &cells, None, appends)?;
+    let (children, seps) = write_level(store, target, 0, &merge.cells, None, spread)?;
     debug_assert_eq!(children[0], target, "the leaf's first page is its own");
-    let used: usize = cells.iter().map(slot_size).sum();
-    drop(cells);
-    drop(page);
+    let used: usize = merge.cells.iter().map(slot_size).sum();
+    let frees = merge.frees;
+    drop(nodes);
+    drop(pages);
     for (id, npages) in frees {
         store.free(id, npages);
     }
     let leaf = target;
-    if children.len() > 1 {
-        replace_up(store, root, &path, children, seps)?;
-    } else if used < underfull_below(ps) {
+    let single = children.len() == 1;
+    if !single || span > 0 {
+        replace_up(store, root, &path, span, children, seps)?;
+    }
+    for &sibling in &run.leaves[1..] {
+        store.free(sibling, 1);
+    }
+    if single && used < underfull_below(ps) {
         rebalance(store, root, &path, leaf)?;
     }
     Ok(end)
+}
+
+/// The leaves one step of a batch rewrites.
+struct Run {
+    /// The leaf holding the step's first write, then the right siblings
+    /// under the same parent that the batch touches, in key order.
+    leaves: Vec<PageId>,
+    /// For each leaf, the end of its writes (its first write is the end
+    /// of the previous leaf's).
+    ends: Vec<usize>,
+    /// The first leaf is the tree's rightmost (no upper bound).
+    hi_is_none: bool,
+}
+
+/// The run that starts at `leaf` (at the end of the private `path`) with
+/// `writes[i]`: the leaf, and each next sibling in the same parent that the
+/// following writes fall into, stopping at the first sibling they skip.
+/// The parent keeps at least two children (a run never takes them all), so
+/// it never needs to be collapsed.
+fn run_of<S: PageWrite + ?Sized>(
+    store: &S,
+    path: &Path,
+    leaf: PageId,
+    writes: &[BatchWrite],
+    i: usize,
+) -> Result<Run> {
+    let hi = bound_at(store, path, path.len)?;
+    let mut end = ends_before(writes, i, hi.as_deref());
+    if end == i {
+        return Err(Error::corrupted_page(
+            leaf,
+            "a key outside its leaf's bounds",
+        ));
+    }
+    let mut run = Run {
+        leaves: vec![leaf],
+        ends: vec![end],
+        hi_is_none: hi.is_none(),
+    };
+    if path.len == 0 || end == writes.len() {
+        return Ok(run);
+    }
+    let (pid, idx) = (path.ids[path.len - 1], path.idx[path.len - 1]);
+    let page = store.read_page(pid)?;
+    let node = NodeRef::parse(&page, pid, store.page_size())?;
+    let n = node.count();
+    // At most n - 1 siblings: the parent keeps a second child.
+    let last = n.min((idx + n).saturating_sub(1));
+    let mut parent_hi = None;
+    for k in idx + 1..=last {
+        if end == writes.len() {
+            break;
+        }
+        let bound = if k < n {
+            Some(node.branch_key(k)?.to_vec())
+        } else {
+            parent_hi
+                .get_or_insert(bound_at(store, path, path.len - 1)?)
+                .clone()
+        };
+        let e = ends_before(writes, end, bound.as_deref());
+        if e == end {
+            break;
+        }
+        let sibling = node.child(k)?;
+        if sibling == leaf
+            || run.leaves.contains(&sibling)
+            || path.ids[..path.len].contains(&sibling)
+        {
+            return Err(Error::corrupted_page(sibling, "page reachable twice"));
+        }
+        run.leaves.push(sibling);
+        run.ends.push(e);
+        end = e;
+    }
+    debug_assert_eq!(run.leaves.len(), run.ends.len(), "one end per leaf");
+    debug_assert!(
+        run.ends.windows(2).all(|w| w[0] < w[1]),
+        "every leaf of a run has writes"
+    );
+    debug_assert!(
+        run.leaves.len() == 1 || run.leaves.len() <= n,
+        "a run left its parent a second child"
+    );
+    Ok(run)
+}
+
+/// The end of the writes from `from` on that are below `bound` (all of
+/// them without one).
+fn ends_before(writes: &[BatchWrite], from: usize, bound: Option<&[u8]>) -> usize {
+    match bound {
+        Some(h) => from + writes[from..].partition_point(|(k, _)| **k < *h),
+        None => writes.len(),
+    }
+}
+
+/// The cells of a run's leaves merged with the run's writes.
+struct Merge<'a> {
+    cells: Vec<NewCell<'a>>,
+    /// Overflow runs of replaced and removed values.
+    frees: Vec<(PageId, u32)>,
+    /// The tree's entry count as the merge goes.
+    len: i128,
+    /// Puts consumed from the run's stored values.
+    put: usize,
+}
+
+impl<'a> Merge<'a> {
+    /// Merges the cells of `node` with `writes` (all within its bounds);
+    /// `values` are the stored values of the run's puts, in order.
+    fn leaf(
+        &mut self,
+        ps: usize,
+        node: &NodeRef<'a>,
+        writes: &'a [BatchWrite],
+        values: &'a [NewValue],
+    ) -> Result<()> {
+        let n = node.count();
+        let mut a = 0;
+        for (k, v) in writes {
+            while a < n && node.leaf_key(a)? < &k[..] {
+                self.cells.push(NewCell::Raw {
+                    leaf: true,
+                    bytes: node.cell_bytes(a)?,
+                });
+                a += 1;
+            }
+            if a < n && node.leaf_key(a)? == &k[..] {
+                self.frees
+                    .extend(overflow_run(ps, node.leaf_cell(a)?.value));
+                a += 1;
+                self.len -= 1;
+            }
+            if let Some(v) = v {
+                debug_assert!(self.put < values.len(), "a put without its stored value");
+                self.cells.push(values[self.put].cell(k, v));
+                self.put += 1;
+                self.len += 1;
+            }
+        }
+        for a in a..n {
+            self.cells.push(NewCell::Raw {
+                leaf: true,
+                bytes: node.cell_bytes(a)?,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The private page the leaf at the end of the (private) `path` is
@@ -225,11 +380,17 @@ fn private_leaf<S: PageWrite + ?Sized>(
     Ok(id)
 }
 
-/// The exclusive upper bound of the keys of the leaf at the end of `path`
-/// (the separator right of it in its lowest ancestor where it is not the
-/// rightmost child); `None` for the tree's rightmost leaf.
-fn upper_bound<S: PageWrite + ?Sized>(store: &S, path: &Path) -> Result<Option<Vec<u8>>> {
-    for lvl in (0..path.len).rev() {
+/// The exclusive upper bound of the keys of the page reached by the first
+/// `levels` steps of `path` (the separator right of it in its lowest
+/// ancestor where it is not the rightmost child); `None` on the tree's
+/// right edge. `levels == path.len` bounds the leaf at its end.
+fn bound_at<S: PageWrite + ?Sized>(
+    store: &S,
+    path: &Path,
+    levels: usize,
+) -> Result<Option<Vec<u8>>> {
+    debug_assert!(levels <= path.len, "a bound past the path");
+    for lvl in (0..levels).rev() {
         let (pid, idx) = (path.ids[lvl], path.idx[lvl]);
         let page = store.read_page(pid)?;
         let node = NodeRef::parse(&page, pid, store.page_size())?;
@@ -238,6 +399,23 @@ fn upper_bound<S: PageWrite + ?Sized>(store: &S, path: &Path) -> Result<Option<V
         }
     }
     Ok(None)
+}
+
+/// A run of leaves is packed to all but 1/`DENSE_SLACK` of a page: the
+/// slack takes a later batch's few inserts into the leaf without a split
+/// (a leaf packed full splits in two half-empty pages at its first insert).
+const DENSE_SLACK: usize = 10;
+
+/// How [`partition`] spreads cells over pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Spread {
+    /// Pages share the bytes evenly (one page that overflowed).
+    Even,
+    /// Every page full, the last takes what is left (appends, new levels).
+    Pack,
+    /// Pages full, the last two evened out if the last is under half full
+    /// (a run of leaves rewritten together).
+    Dense,
 }
 
 /// Writes `cells` (at `level`; a branch's rightmost child is `rightmost`)
@@ -249,7 +427,7 @@ fn write_level<S: PageWrite + ?Sized>(
     level: u8,
     cells: &[NewCell],
     rightmost: Option<PageId>,
-    pack: bool,
+    spread: Spread,
 ) -> Result<(Vec<PageId>, Vec<Vec<u8>>)> {
     let ps = store.page_size();
     let branch = level > 0;
@@ -258,7 +436,7 @@ fn write_level<S: PageWrite + ?Sized>(
         rightmost.is_some(),
         "a branch has a rightmost child"
     );
-    let groups = partition(ps, cells, branch, pack)
+    let groups = partition(ps, cells, branch, spread)
         .ok_or_else(|| Error::corrupted_page(first, "cells that no split makes fit"))?;
     let mut ids = Vec::with_capacity(groups.len());
     let mut seps = Vec::with_capacity(groups.len().saturating_sub(1));
@@ -297,19 +475,23 @@ fn write_level<S: PageWrite + ?Sized>(
 /// Splits `cells` into consecutive groups that each fit a page. Leaves:
 /// the groups tile the cells. Branches: the cell after each group but the
 /// last is promoted (its key goes up, its child is the group's rightmost).
-/// `pack` fills each page (the last takes what is left); otherwise the
-/// pages share the bytes evenly. `None` if no grouping fits (cells the file
-/// made too large).
-fn partition(ps: usize, cells: &[NewCell], branch: bool, pack: bool) -> Option<Vec<Range<usize>>> {
+/// See [`Spread`] for how the bytes are shared. `None` if no grouping fits
+/// (cells the file made too large).
+fn partition(
+    ps: usize,
+    cells: &[NewCell],
+    branch: bool,
+    spread: Spread,
+) -> Option<Vec<Range<usize>>> {
     let limit = usable(ps);
     let total: usize = cells.iter().map(slot_size).sum();
     if total <= limit {
         return Some(std::iter::once(0..cells.len()).collect());
     }
-    let target = if pack {
-        limit
-    } else {
-        total.div_ceil(total.div_ceil(limit))
+    let target = match spread {
+        Spread::Pack => limit,
+        Spread::Dense => limit - limit / DENSE_SLACK,
+        Spread::Even => total.div_ceil(total.div_ceil(limit)),
     };
     let mut groups = Vec::new();
     let (mut start, mut cur, mut i) = (0, 0, 0);
@@ -332,10 +514,9 @@ fn partition(ps: usize, cells: &[NewCell], branch: bool, pack: bool) -> Option<V
     );
     let last = groups.last()?;
     let last_bytes: usize = cells[last.clone()].iter().map(slot_size).sum();
-    let small = if pack {
-        last.is_empty()
-    } else {
-        last_bytes < limit / 2
+    let small = match spread {
+        Spread::Pack => last.is_empty(),
+        Spread::Even | Spread::Dense => last_bytes < limit / 2,
     };
     if small && groups.len() >= 2 {
         rebalance_tail(ps, cells, branch, &mut groups)?;
@@ -372,13 +553,16 @@ fn rebalance_tail(
     Some(())
 }
 
-/// Replaces the leaf at the end of `path` by `children` (separated by
-/// `seps`) in its parent, rebuilding each ancestor that must hold more
-/// children, up to a new root if the old one overflows.
+/// Replaces the leaf at the end of `path` and the `span` siblings right of
+/// it by `children` (separated by `seps`) in their parent, rebuilding each
+/// ancestor that must hold more children, up to a new root if the old one
+/// overflows. The parent keeps a second child (`span` is below its key
+/// count, see [`run_of`]).
 fn replace_up<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
     path: &Path,
+    mut span: usize,
     mut children: Vec<PageId>,
     mut seps: Vec<Vec<u8>>,
 ) -> Result<()> {
@@ -390,7 +574,7 @@ fn replace_up<S: PageWrite + ?Sized>(
             seps.len() + 1,
             "one separator between two children"
         );
-        if children.len() == 1 {
+        if children.len() == 1 && span == 0 {
             return Ok(());
         }
         let (pid, idx) = (path.ids[lvl], path.idx[lvl]);
@@ -400,10 +584,15 @@ fn replace_up<S: PageWrite + ?Sized>(
         let n = node.count();
         level = node.level();
         let m = children.len();
+        let last = idx + span;
+        if last > n || (span > 0 && span >= n) {
+            // run_of read these bounds from this very page.
+            return Err(Error::corrupted_page(pid, "a branch changed under a batch"));
+        }
         let need: usize = (seps.iter())
             .map(|k| NewCell::Branch { child: pid, key: k }.len() + SLOT_LEN)
             .sum();
-        if node.used() + need <= usable(ps) {
+        if span == 0 && node.used() + need <= usable(ps) {
             drop(page);
             return insert_children(store, pid, idx, &children, &seps);
         }
@@ -417,12 +606,12 @@ fn replace_up<S: PageWrite + ?Sized>(
         for (child, key) in children.iter().zip(&seps) {
             cells.push(NewCell::Branch { child: *child, key });
         }
-        let rightmost = if idx < n {
+        let rightmost = if last < n {
             cells.push(NewCell::Branch {
                 child: children[m - 1],
-                key: node.branch_key(idx)?,
+                key: node.branch_key(last)?,
             });
-            for c in idx + 1..n {
+            for c in last + 1..n {
                 cells.push(NewCell::Raw {
                     leaf: false,
                     bytes: node.cell_bytes(c)?,
@@ -432,12 +621,18 @@ fn replace_up<S: PageWrite + ?Sized>(
         } else {
             children[m - 1]
         };
-        let pack = idx == n;
-        let (ids, up) = write_level(store, pid, level, &cells, Some(rightmost), pack)?;
+        debug_assert!(!cells.is_empty(), "a rebuilt branch keeps a key");
+        let spread = if last == n {
+            Spread::Pack
+        } else {
+            Spread::Even
+        };
+        let (ids, up) = write_level(store, pid, level, &cells, Some(rightmost), spread)?;
         drop(cells);
         drop(page);
         children = ids;
         seps = up;
+        span = 0;
     }
     if children.len() == 1 {
         return Ok(());
@@ -498,7 +693,14 @@ fn grow_root<S: PageWrite + ?Sized>(
             .map(|(child, key)| NewCell::Branch { child: *child, key })
             .collect();
         let id = store.alloc(1)?;
-        let (ids, up) = write_level(store, id, level, &cells, Some(children[m - 1]), true)?;
+        let (ids, up) = write_level(
+            store,
+            id,
+            level,
+            &cells,
+            Some(children[m - 1]),
+            Spread::Pack,
+        )?;
         children = ids;
         seps = up;
     }

@@ -1205,3 +1205,58 @@ fn clearing_a_run_past_the_last_page_id_is_corrupt() {
     s.lenient = true;
     assert!(clear(&mut s, &mut root).unwrap_err().is_corrupted());
 }
+
+/// Batches of random inserts into a packed tree (a bulk load, then folds
+/// of a write buffer) rewrite each run of touched leaves packed: the bytes
+/// a leaf gains flow into the next leaf of the run instead of splitting
+/// every full leaf in two. Removing half the keys the same way packs the
+/// survivors.
+#[test]
+fn dense_batches_into_a_packed_tree_keep_it_packed() {
+    const N: usize = 40_000;
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut keys: Vec<u64> = (0..N + N / 5).map(|_| rng.gen()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let put = |k: &u64| -> BatchWrite {
+        (
+            Arc::from(&k.to_be_bytes()[..]),
+            Some(Arc::from(&[1u8; 150][..])),
+        )
+    };
+    let (base, extra): (Vec<u64>, Vec<u64>) = keys.iter().partition(|_| rng.gen_bool(5.0 / 6.0));
+    let (mut s, mut root) = (MemStore::new(PS), TreeRoot::default());
+    apply_sorted(&mut s, &mut root, &base.iter().map(put).collect::<Vec<_>>()).unwrap();
+    s.commit();
+    // The extra keys in rounds of 512 consecutive keys, as a fold does.
+    for chunk in extra.chunks(512) {
+        apply_sorted(
+            &mut s,
+            &mut root,
+            &chunk.iter().map(put).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        s.commit();
+    }
+    let [leaves, _, _] = check_store(&s, &root);
+    let ideal = leaf_ideal(PS, keys.len(), 7 + 8 + 150);
+    eprintln!("dense inserts: {leaves} leaves, ideal {ideal}");
+    assert!(
+        (leaves as f64) < 1.25 * ideal as f64,
+        "{leaves} leaves, ideal {ideal}"
+    );
+    let removes: Vec<BatchWrite> = (keys.iter().step_by(2))
+        .map(|k| (Arc::from(&k.to_be_bytes()[..]), None))
+        .collect();
+    for chunk in removes.chunks(512) {
+        apply_sorted(&mut s, &mut root, chunk).unwrap();
+        s.commit();
+    }
+    let [leaves, _, _] = check_store(&s, &root);
+    let ideal = leaf_ideal(PS, root.len as usize, 7 + 8 + 150);
+    eprintln!("dense removals: {leaves} leaves, ideal {ideal}");
+    assert!(
+        (leaves as f64) < 1.25 * ideal as f64,
+        "{leaves} leaves, ideal {ideal}"
+    );
+}

@@ -24,6 +24,7 @@ use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
 use crate::txn::{
     CfShared, CfVersion, Durability, FoldCarry, FoldProgress, WriteState, WriterGuard, WriterSlot,
+    ROUND_BATCH,
 };
 
 /// What [`DbShared::fold_cf`] did.
@@ -332,7 +333,12 @@ impl DbShared {
             (free, total.saturating_sub(free))
         };
         let pool = self.space.extents.lock().free_pages();
-        (free + pool).max(used / 16).max(64)
+        // A round stops after the batch that reaches its budget, and a
+        // batch may copy two pages per key: the margin keeps that last
+        // batch inside the free space, so a round that could fit in it
+        // never makes the CF take a new (doubled) extent.
+        let margin = 2 * ROUND_BATCH as u64;
+        (free + pool).saturating_sub(margin).max(used / 16).max(64)
     }
 
     /// One fold round of every CF (see [`DbShared::fold_cf`]); returns

@@ -31,7 +31,7 @@ pub mod version;
 
 pub(crate) use state::{
     check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
-    SPILL_BYTES,
+    ROUND_BATCH, SPILL_BYTES,
 };
 pub(crate) use version::{
     CfShared, CfVersion, DbVersion, FoldCarry, FoldMark, FoldProgress, WriterGuard, WriterSlot,
