@@ -3,23 +3,28 @@
 //! missing, buffered and in the tree) on the calling thread.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sheafdb::storage::mem::MemVfs;
 use sheafdb::{Database, TableDefinition};
 
-/// Counts allocations while `COUNTING` is set (one test runs at a time:
-/// the test below is the only one in this binary).
+/// Counts the allocations of the thread that set `COUNTING` (the
+/// database's own threads, such as the WAL's, may allocate meanwhile: a
+/// global flag counted theirs too, and failed once in a loaded run).
 struct Counting;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        // `try_with`: a thread being torn down has no flag (and counts not).
+        if COUNTING.try_with(Cell::get).unwrap_or(false) {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: forwarded unchanged to the system allocator.
@@ -38,9 +43,9 @@ const T: TableDefinition<&str, u64> = TableDefinition::new("t");
 
 fn count(f: impl FnOnce()) -> u64 {
     ALLOCATIONS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
     f();
-    COUNTING.store(false, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(false));
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 

@@ -128,6 +128,11 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     make_private_upto(store, root, &mut path, &mut leaf, false)?;
     let run = run_of(store, &path, leaf, writes, i)?;
     let end = *run.ends.last().expect("a run has its first leaf");
+    // The run's committed leaves, which no allocation may hand out (see
+    // the check before they are freed).
+    let committed: Vec<PageId> = (run.leaves.iter().copied())
+        .filter(|&id| !store.is_private(id))
+        .collect();
     let pages = (run.leaves.iter())
         .map(|&id| store.read_page(id))
         .collect::<Result<Vec<_>>>()?;
@@ -190,14 +195,34 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     }
     let leaf = target;
     let single = children.len() == 1;
-    if !single || span > 0 {
-        replace_up(store, root, &path, span, children, seps)?;
+    let parent_kept = if !single || span > 0 {
+        replace_up(store, root, &path, span, children, seps)?
+    } else {
+        true
+    };
+    // A committed leaf of the run that is private now was handed out by
+    // an allocation above (for the leaf's copy, a spilled page, a value,
+    // a parent's split): the file's free space names a live tree page, and
+    // freeing the sibling would free a page the tree now names.
+    if let Some(&id) = committed.iter().find(|&&id| store.is_private(id)) {
+        return Err(Error::corrupted_page(
+            id,
+            "free space names a live tree page",
+        ));
     }
     for &sibling in &run.leaves[1..] {
         store.free(sibling, 1);
     }
     if single && used < underfull_below(ps) {
         rebalance(store, root, &path, leaf)?;
+    } else if span > 0 && parent_kept {
+        // The parent lost children: merge it with a sibling if it is now
+        // under a quarter full, as a removal would (the run's leaves are
+        // full, so the walk starts a level up; a parent that split is at
+        // least half full).
+        let mut up = path;
+        up.len -= 1;
+        rebalance(store, root, &up, path.ids[path.len - 1])?;
     }
     Ok(end)
 }
@@ -557,7 +582,8 @@ fn rebalance_tail(
 /// it by `children` (separated by `seps`) in their parent, rebuilding each
 /// ancestor that must hold more children, up to a new root if the old one
 /// overflows. The parent keeps a second child (`span` is below its key
-/// count, see [`run_of`]).
+/// count, see [`run_of`]). True if the parent stayed one page where it
+/// was (nothing above it changed, so `path` still leads to it).
 fn replace_up<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
@@ -565,7 +591,7 @@ fn replace_up<S: PageWrite + ?Sized>(
     mut span: usize,
     mut children: Vec<PageId>,
     mut seps: Vec<Vec<u8>>,
-) -> Result<()> {
+) -> Result<bool> {
     let ps = store.page_size();
     let mut level = 0u8;
     for lvl in (0..path.len).rev() {
@@ -574,8 +600,9 @@ fn replace_up<S: PageWrite + ?Sized>(
             seps.len() + 1,
             "one separator between two children"
         );
+        let first = lvl + 1 == path.len;
         if children.len() == 1 && span == 0 {
-            return Ok(());
+            return Ok(first);
         }
         let (pid, idx) = (path.ids[lvl], path.idx[lvl]);
         debug_assert!(store.is_private(pid), "a parent on the path is private");
@@ -594,7 +621,8 @@ fn replace_up<S: PageWrite + ?Sized>(
             .sum();
         if span == 0 && node.used() + need <= usable(ps) {
             drop(page);
-            return insert_children(store, pid, idx, &children, &seps);
+            insert_children(store, pid, idx, &children, &seps)?;
+            return Ok(first);
         }
         let mut cells = Vec::with_capacity(n + m);
         for c in 0..idx {
@@ -633,12 +661,17 @@ fn replace_up<S: PageWrite + ?Sized>(
         children = ids;
         seps = up;
         span = 0;
+        if first && children.len() == 1 {
+            // Rewritten in place: the levels above are unchanged.
+            return Ok(true);
+        }
     }
     if children.len() == 1 {
-        return Ok(());
+        return Ok(false);
     }
     debug_assert_eq!(path.len == 0, level == 0, "the root's level");
-    grow_root(store, root, level, children, seps)
+    grow_root(store, root, level, children, seps)?;
+    Ok(false)
 }
 
 /// Replaces child `idx` of the private branch `pid`, which has room for

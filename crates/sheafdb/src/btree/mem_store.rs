@@ -37,6 +37,10 @@ pub(crate) struct MemStore {
     /// deliberately corrupted trees).
     pub lenient: bool,
     pub bad_frees: u64,
+    /// Pages the next single-page allocations hand out first, live or not
+    /// (a file whose free space names live pages). A live one becomes
+    /// private with no contents until installed, as in the real store.
+    pub hand_out: Vec<PageId>,
 }
 
 impl MemStore {
@@ -54,6 +58,7 @@ impl MemStore {
             keep_freed: true,
             lenient: false,
             bad_frees: 0,
+            hand_out: Vec::new(),
         }
     }
 
@@ -106,6 +111,14 @@ impl PageWrite for MemStore {
     fn alloc(&mut self, npages: u32) -> Result<PageId> {
         assert!(npages > 0);
         self.allocs += 1;
+        if npages == 1 {
+            if let Some(id) = self.hand_out.pop() {
+                self.live.insert(id, 1);
+                self.data.remove(&id);
+                self.private.insert(id);
+                return Ok(id);
+            }
+        }
         let id = match self.reusable.iter().position(|&(_, n)| n == npages) {
             Some(i) => self.reusable.swap_remove(i).0,
             None => {

@@ -10,6 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::mem_store::MemStore;
+use super::store::PageWrite;
 use super::*;
 use crate::format::page::PageType;
 
@@ -1258,5 +1259,378 @@ fn dense_batches_into_a_packed_tree_keep_it_packed() {
     assert!(
         (leaves as f64) < 1.25 * ideal as f64,
         "{leaves} leaves, ideal {ideal}"
+    );
+}
+
+/// Key `i` of the run tests, ordered by `i`: for `long` percent of the
+/// buckets of 64 keys a long filler after the bucket number, so keys (and
+/// the separators between them) are long: deep trees from few entries.
+fn run_key(i: u32, long: u32) -> Vec<u8> {
+    let b = i / 64;
+    let mut k = b.to_be_bytes().to_vec();
+    let h = b.wrapping_mul(2_654_435_761) >> 7;
+    if h % 100 < long {
+        // Up to the longest key a 4 KiB page takes.
+        let n = ((h % 1400) as usize).min(max_key_len(PS) - 8);
+        k.extend(std::iter::repeat_n(b'L', n));
+    }
+    k.extend_from_slice(&i.to_be_bytes());
+    k
+}
+
+fn run_value(rng: &mut StdRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..40) {
+        0 => 0,
+        1..=30 => rng.gen_range(1..120),
+        31..=36 => rng.gen_range(120..1500),
+        37 => rng.gen_range(1500..3000),
+        _ => rng.gen_range(3000..9000),
+    };
+    value_of(len, rng.gen())
+}
+
+/// A batch over keys `lo..hi` of the key space: each key taken with
+/// probability `density`, then put (new or replacing) or removed.
+fn window_batch(
+    rng: &mut StdRng,
+    model: &Model,
+    (lo, hi): (u32, u32),
+    density: f64,
+    put_share: f64,
+    long: u32,
+) -> Batch {
+    let mut writes = Vec::new();
+    let mut after = model.clone();
+    for i in lo..hi {
+        if !rng.gen_bool(density) {
+            continue;
+        }
+        let k = run_key(i, long);
+        if rng.gen_bool(put_share) {
+            let v = run_value(rng);
+            after.insert(k.clone(), v.clone());
+            writes.push((Arc::from(k), Some(Arc::from(v))));
+        } else {
+            after.remove(&k);
+            writes.push((Arc::from(k), None));
+        }
+    }
+    Batch { writes, after }
+}
+
+/// Batches of every density (one key in a thousand to every key of a
+/// window) and mixes (mostly puts, mostly removals, all removals of a
+/// window), over trees with long keys and overflow values, with commits
+/// after some batches only and single writes between them: after each
+/// batch the contents, the count and the pages (none leaked, none
+/// dangling) match, and an older committed snapshot still reads as it was.
+#[test]
+fn batches_of_every_density_match_a_model() {
+    const SPACE: u32 = 6000;
+    let seeds: u64 = std::env::var("RUN_SEEDS").map_or(12, |v| v.parse().unwrap());
+    for seed in 0..seeds {
+        let mut rng = StdRng::seed_from_u64(5000 + seed);
+        let long = [0, 10, 40, 90, 100][seed as usize % 5];
+        let ps = if seed % 6 == 5 { 8192 } else { PS };
+        let mut s = MemStore::new(ps);
+        let mut root = TreeRoot::default();
+        let mut model = Model::new();
+        // A committed root and what it held.
+        let mut snap: Option<(TreeRoot, Model)> = None;
+        let mut max_depth = 0;
+        for round in 0..70 {
+            let width = match rng.gen_range(0..4) {
+                0 => rng.gen_range(1..50),
+                1 => rng.gen_range(50..600),
+                _ => SPACE,
+            };
+            let lo = rng.gen_range(0..SPACE - width.min(SPACE - 1));
+            let hi = (lo + width).min(SPACE);
+            let density = [0.001, 0.01, 0.05, 0.2, 0.5, 0.9, 1.0][rng.gen_range(0..7)];
+            let put_share = match round % 10 {
+                0..=5 => [1.0, 0.9, 0.6][rng.gen_range(0..3)],
+                6 | 7 => [0.3, 0.1][rng.gen_range(0..2)],
+                _ => 0.0,
+            };
+            let batch = window_batch(&mut rng, &model, (lo, hi), density, put_share, long);
+            let ctx = format!(
+                "seed {seed} round {round}: {} writes in {lo}..{hi}, density {density}, puts {put_share}",
+                batch.writes.len()
+            );
+            apply_sorted(&mut s, &mut root, &batch.writes).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            model = batch.after;
+            assert_eq!(root.len, model.len() as u64, "{ctx}");
+            let got = collect_all(&s, &root);
+            let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert!(got == want, "{ctx}: contents differ from the model");
+            check_store(&s, &root);
+            max_depth = max_depth.max(depth(&s, &root));
+            if let Some((r, want)) = &snap {
+                let got: Model = collect_all(&s, r).into_iter().collect();
+                assert!(got == *want, "{ctx}: a snapshot changed");
+            }
+            // Some single writes between batches.
+            for _ in 0..rng.gen_range(0..20) {
+                let k = run_key(rng.gen_range(0..SPACE), long);
+                if rng.gen_bool(0.6) {
+                    let v = run_value(&mut rng);
+                    insert(&mut s, &mut root, &k, &v).unwrap();
+                    model.insert(k, v);
+                } else {
+                    remove(&mut s, &mut root, &k).unwrap();
+                    model.remove(&k);
+                }
+            }
+            check_store(&s, &root);
+            if rng.gen_bool(0.5) {
+                s.commit();
+                if rng.gen_bool(0.3) {
+                    snap = Some((root, model.clone()));
+                }
+            }
+        }
+        eprintln!(
+            "density seed {seed}: {} entries, max depth {max_depth}",
+            model.len()
+        );
+        let all: Vec<BatchWrite> = model
+            .keys()
+            .map(|k| (Arc::from(k.as_slice()), None))
+            .collect();
+        apply_sorted(&mut s, &mut root, &all).unwrap();
+        assert_eq!(root, TreeRoot::default(), "seed {seed}");
+        assert!(s.live().is_empty(), "seed {seed}: pages left");
+    }
+}
+
+/// Points child `k` of branch `pid` (a committed page) at `to`, bypassing
+/// the store's checks (a damaged file).
+fn damage_child(s: &mut MemStore, pid: PageId, k: usize, to: PageId) {
+    let mut buf = (*s.read_page(pid).unwrap()).clone();
+    node::set_child(&mut buf, k, to).unwrap();
+    for (off, byte) in buf.bytes().iter().enumerate() {
+        s.corrupt(pid, off, *byte);
+    }
+}
+
+/// The branches at level 1 of a tree, with their children.
+fn level1_branches(s: &MemStore, root: &TreeRoot) -> Vec<(PageId, Vec<PageId>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.root.unwrap()];
+    while let Some(id) = todo.pop() {
+        let page = s.read_page(id).unwrap();
+        let n = node::NodeRef::parse(&page, id, s.page_size()).unwrap();
+        if n.is_leaf() {
+            continue;
+        }
+        let kids: Vec<PageId> = (0..=n.count()).map(|c| n.child(c).unwrap()).collect();
+        if n.level() == 1 {
+            out.push((id, kids));
+        } else {
+            todo.extend(kids);
+        }
+    }
+    out
+}
+
+/// A parent whose child pointer names a page it should not (a sibling
+/// again, the parent, the root, a branch, an overflow run, a page that
+/// does not exist) under dense batches that take runs through it: `Ok` or
+/// `Corrupted`, never a panic (the store tolerates the bad frees that
+/// follow, but not writes to committed pages).
+#[test]
+fn damaged_siblings_under_dense_batches_are_corrupt_not_a_panic() {
+    // Long enough keys for a tree of depth 3.
+    let dkey = |i: u32| -> Arc<[u8]> {
+        let mut k = i.to_be_bytes().to_vec();
+        k.extend_from_slice(&[b'd'; 200]);
+        Arc::from(k)
+    };
+    let mut base = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut rng = StdRng::seed_from_u64(61);
+    let keys: Vec<u32> = (0..6000).map(|i| i * 4).collect();
+    let writes: Vec<BatchWrite> = keys
+        .iter()
+        .map(|&i| {
+            let v = if i % 97 == 0 { 5000 } else { 60 };
+            (dkey(i), Some(Arc::from(value_of(v, i as u64))))
+        })
+        .collect();
+    apply_sorted(&mut base, &mut root, &writes).unwrap();
+    base.commit();
+    base.lenient = true;
+    assert!(depth(&base, &root) >= 3, "depth {}", depth(&base, &root));
+    let parents = level1_branches(&base, &root);
+    let live: Vec<(PageId, u32)> = base.live().iter().map(|(a, b)| (*a, *b)).collect();
+    let (mut errors, mut oks) = (0, 0);
+    for trial in 0..600u64 {
+        let mut s = base.clone();
+        let mut root = root;
+        let (pid, kids) = &parents[rng.gen_range(0..parents.len())];
+        let k = rng.gen_range(1..kids.len());
+        let to = match rng.gen_range(0..7) {
+            0 => kids[k - 1],
+            1 => kids[rng.gen_range(0..kids.len())],
+            2 => *pid,
+            3 => root.root.unwrap(),
+            4 => parents[rng.gen_range(0..parents.len())].0,
+            5 => live[rng.gen_range(0..live.len())].0,
+            _ => PageId(1 << 40),
+        };
+        damage_child(&mut s, *pid, k, to);
+        if trial % 2 == 1 {
+            // Private pages first: a sparse batch copies some paths.
+            let few: Vec<BatchWrite> = (0..20)
+                .map(|_| rng.gen_range(0..24_000u32) | 1)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|i| (dkey(i), Some(Arc::from(&b"p"[..]))))
+                .collect();
+            if apply_sorted(&mut s, &mut root, &few).is_err() {
+                errors += 1;
+                continue;
+            }
+        }
+        let density = [0.05, 0.3, 1.0][rng.gen_range(0..3)];
+        let put_share = [0.0, 0.5, 1.0][rng.gen_range(0..3)];
+        let mut batch: Vec<BatchWrite> = Vec::new();
+        for i in 0..24_000u32 {
+            if rng.gen_bool(density / 4.0) {
+                let v = rng.gen_bool(put_share).then(|| Arc::from(&b"v"[..]));
+                batch.push((dkey(i), v));
+            }
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let r = apply_sorted(&mut s, &mut root, &batch);
+            let _ = walk(&s, &root, &mut |_, _, _| {});
+            r
+        }));
+        match r {
+            Ok(Ok(())) => oks += 1,
+            Ok(Err(e)) => {
+                assert!(e.is_corrupted(), "trial {trial}: {e}");
+                errors += 1;
+            }
+            Err(_) => panic!("trial {trial}: child {k} of {pid} -> {to}: panicked"),
+        }
+    }
+    eprintln!("damaged siblings: {errors} errors, {oks} ok");
+    assert!(errors > 200, "only {errors} errors");
+}
+
+/// The free space of a damaged file names a committed leaf that a batch's
+/// run takes as a sibling: the allocator hands it out while the run is
+/// rewritten (as the first leaf's new page, or as a page the merged cells
+/// spill into), and the run then frees it as a replaced sibling. That
+/// must be `Corrupted`, as copy-on-write refuses a page of its own path;
+/// it used to free the page the tree had just written and went on naming
+/// (an `Ok` batch over a tree that lost its keys).
+#[test]
+fn free_space_naming_a_run_sibling_is_corrupt() {
+    for first_private in [false, true] {
+        let mut s = MemStore::new(PS);
+        let mut root = TreeRoot::default();
+        let writes: Vec<BatchWrite> = (0..2000u32)
+            .map(|i| {
+                (
+                    Arc::from(&(i * 2).to_be_bytes()[..]),
+                    Some(Arc::from(&[3u8; 100][..])),
+                )
+            })
+            .collect();
+        apply_sorted(&mut s, &mut root, &writes).unwrap();
+        s.commit();
+        let rid = root.root.unwrap();
+        let (a, b, n) = {
+            let page = s.read_page(rid).unwrap();
+            let node = node::NodeRef::parse(&page, rid, PS).unwrap();
+            assert_eq!(node.level(), 1);
+            (node.child(0).unwrap(), node.child(1).unwrap(), node.count())
+        };
+        let first_key = |s: &MemStore, id: PageId| {
+            let page = s.read_page(id).unwrap();
+            let node = node::NodeRef::parse(&page, id, PS).unwrap();
+            node.leaf_key(0).unwrap().to_vec()
+        };
+        let (ka, kb) = (first_key(&s, a), first_key(&s, b));
+        // The path private (a write in the last leaf), and the run's
+        // first leaf too if asked.
+        insert(&mut s, &mut root, &u32::MAX.to_be_bytes(), b"x").unwrap();
+        let mut ka_new = ka.clone();
+        ka_new.push(0);
+        if first_private {
+            insert(&mut s, &mut root, &ka_new, b"y").unwrap();
+        }
+        assert!(s.is_private(root.root.unwrap()));
+        let a_now = {
+            let rid = root.root.unwrap();
+            let page = s.read_page(rid).unwrap();
+            let node = node::NodeRef::parse(&page, rid, PS).unwrap();
+            assert_eq!(node.count(), n, "no split yet");
+            assert_eq!(node.child(1).unwrap(), b);
+            node.child(0).unwrap()
+        };
+        assert_eq!(s.is_private(a_now), first_private);
+        assert!(!s.is_private(b));
+        s.hand_out.push(b);
+        let batch: Vec<BatchWrite> = vec![
+            (Arc::from(&ka[..]), Some(Arc::from(&[4u8; 100][..]))),
+            (Arc::from(&kb[..]), Some(Arc::from(&[5u8; 100][..]))),
+        ];
+        let r = apply_sorted(&mut s, &mut root, &batch);
+        assert!(
+            s.hand_out.is_empty(),
+            "first_private {first_private}: the batch never allocated"
+        );
+        match r {
+            Err(e) => assert!(e.is_corrupted(), "first_private {first_private}: {e}"),
+            Ok(()) => {
+                let walked = walk(&s, &root, &mut |_, _, _| {});
+                panic!(
+                    "first_private {first_private}: the batch succeeded; walk: {walked:?}, \
+                     {b} live: {}",
+                    s.live().contains_key(&b)
+                );
+            }
+        }
+    }
+}
+
+/// A batch that removes nearly every key shrinks the runs' parents; each
+/// parent left under a quarter full merges with a sibling, so the tree
+/// does not keep a level of near-empty branches (13 leaves under 3
+/// branches at depth 3 before).
+#[test]
+fn a_batch_removing_nearly_everything_leaves_a_shallow_tree() {
+    let keys: Vec<u64> = (0..200_000u64).map(|i| i * 7919).collect();
+    let puts: Vec<BatchWrite> = keys
+        .iter()
+        .map(|k| {
+            (
+                Arc::from(&k.to_be_bytes()[..]),
+                Some(Arc::from(&[1u8; 8][..])),
+            )
+        })
+        .collect();
+    let (mut s, mut root) = (MemStore::new(PS), TreeRoot::default());
+    apply_sorted(&mut s, &mut root, &puts).unwrap();
+    s.commit();
+    let removes: Vec<BatchWrite> = (keys.iter().enumerate())
+        .filter(|(i, _)| i % 200 != 0)
+        .map(|(_, k)| (Arc::from(&k.to_be_bytes()[..]), None))
+        .collect();
+    apply_sorted(&mut s, &mut root, &removes).unwrap();
+    s.commit();
+    let [leaves, branches, _] = check_store(&s, &root);
+    let d = depth(&s, &root);
+    eprintln!(
+        "{} entries: {leaves} leaves, {branches} branches, depth {d}",
+        root.len
+    );
+    assert_eq!(root.len, 1000);
+    assert!(
+        d <= 2 && branches <= 1,
+        "depth {d}, {branches} branches for {leaves} leaves"
     );
 }
