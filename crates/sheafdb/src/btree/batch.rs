@@ -128,8 +128,8 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     make_private_upto(store, root, &mut path, &mut leaf, false)?;
     let run = run_of(store, &path, leaf, writes, i)?;
     let end = *run.ends.last().expect("a run has its first leaf");
-    // The run's committed leaves, which no allocation may hand out (see
-    // the check before they are freed).
+    // The run's committed leaves, which no allocation may hand out, nor
+    // the overflow runs they name (see the checks before the frees).
     let committed: Vec<PageId> = (run.leaves.iter().copied())
         .filter(|&id| !store.is_private(id))
         .collect();
@@ -166,8 +166,9 @@ fn apply_leaf<S: PageWrite + ?Sized>(
         put: 0,
     };
     let mut from = i;
-    for (node, &to) in nodes.iter().zip(&run.ends) {
-        merge.leaf(ps, node, &writes[from..to], &values)?;
+    for ((node, &to), id) in nodes.iter().zip(&run.ends).zip(&run.leaves) {
+        let from_committed = committed.contains(id);
+        merge.leaf(ps, node, &writes[from..to], &values, from_committed)?;
         from = to;
     }
     debug_assert_eq!(merge.put, values.len(), "every put has its cell");
@@ -190,7 +191,18 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     let frees = merge.frees;
     drop(nodes);
     drop(pages);
-    for (id, npages) in frees {
+    // A committed leaf names only committed runs: one that is private now
+    // was handed out by an allocation above (the file's free space names
+    // a live overflow run), and freeing it would free a page in use.
+    if let Some(&(id, _, _)) =
+        (frees.iter()).find(|&&(id, _, committed)| committed && store.is_private(id))
+    {
+        return Err(Error::corrupted_page(
+            id,
+            "free space names a live overflow run",
+        ));
+    }
+    for (id, npages, _) in frees {
         store.free(id, npages);
     }
     let leaf = target;
@@ -324,8 +336,9 @@ fn ends_before(writes: &[BatchWrite], from: usize, bound: Option<&[u8]>) -> usiz
 /// The cells of a run's leaves merged with the run's writes.
 struct Merge<'a> {
     cells: Vec<NewCell<'a>>,
-    /// Overflow runs of replaced and removed values.
-    frees: Vec<(PageId, u32)>,
+    /// Overflow runs of replaced and removed values, each with whether
+    /// the leaf that named it was committed when the step began.
+    frees: Vec<(PageId, u32, bool)>,
     /// The tree's entry count as the merge goes.
     len: i128,
     /// Puts consumed from the run's stored values.
@@ -334,13 +347,15 @@ struct Merge<'a> {
 
 impl<'a> Merge<'a> {
     /// Merges the cells of `node` with `writes` (all within its bounds);
-    /// `values` are the stored values of the run's puts, in order.
+    /// `values` are the stored values of the run's puts, in order;
+    /// `committed`: the node's page was committed when the step began.
     fn leaf(
         &mut self,
         ps: usize,
         node: &NodeRef<'a>,
         writes: &'a [BatchWrite],
         values: &'a [NewValue],
+        committed: bool,
     ) -> Result<()> {
         let n = node.count();
         let mut a = 0;
@@ -353,8 +368,8 @@ impl<'a> Merge<'a> {
                 a += 1;
             }
             if a < n && node.leaf_key(a)? == &k[..] {
-                self.frees
-                    .extend(overflow_run(ps, node.leaf_cell(a)?.value));
+                let run = overflow_run(ps, node.leaf_cell(a)?.value);
+                self.frees.extend(run.map(|(id, n)| (id, n, committed)));
                 a += 1;
                 self.len -= 1;
             }

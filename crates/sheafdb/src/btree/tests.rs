@@ -1634,3 +1634,45 @@ fn a_batch_removing_nearly_everything_leaves_a_shallow_tree() {
         "depth {d}, {branches} branches for {leaves} leaves"
     );
 }
+
+/// The file's free space names a committed one-page overflow run, and an
+/// allocation of the batch step that replaces that value hands it out
+/// (here: the leaf's copy). Freeing the old value's run would then free
+/// the page the new leaf is in: `Corrupted` instead (the step checks that
+/// runs named by a committed leaf are still committed before freeing).
+#[test]
+fn free_space_naming_a_replaced_overflow_run_is_corrupt() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let big = vec![3u8; 2000];
+    let writes: Vec<BatchWrite> = (0..50u32)
+        .map(|i| {
+            (
+                Arc::from(&(i * 2).to_be_bytes()[..]),
+                Some(Arc::from(&big[..])),
+            )
+        })
+        .collect();
+    apply_sorted(&mut s, &mut root, &writes).unwrap();
+    s.commit();
+    let rid = root.root.unwrap();
+    let run = {
+        let page = s.read_page(rid).unwrap();
+        let node = node::NodeRef::parse(&page, rid, PS).unwrap();
+        assert!(node.is_leaf(), "50 overflow values fit one leaf");
+        super::mutate::overflow_run(PS, node.leaf_cell(0).unwrap().value)
+    };
+    let (id, npages) = run.expect("a 2,000-byte value overflows");
+    assert_eq!(npages, 1, "a one-page run");
+    s.hand_out.push(id);
+    let batch: Vec<BatchWrite> = vec![(
+        Arc::from(&0u32.to_be_bytes()[..]),
+        Some(Arc::from(&b"small"[..])),
+    )];
+    let r = apply_sorted(&mut s, &mut root, &batch);
+    assert!(s.hand_out.is_empty(), "the step allocated the named run");
+    match r {
+        Err(e) => assert!(e.is_corrupted(), "{e}"),
+        Ok(()) => panic!("a batch freed the page its new leaf {:?} is in", root.root),
+    }
+}
