@@ -1133,8 +1133,8 @@ fn folds_into_a_packed_table_keep_it_packed_and_the_file_close_to_it() -> Result
         }
     }
     tx.commit()?;
-    // Pages in use against the ideal; returns the file's size.
-    let check = |n: usize, what: &str| -> Result<u64> {
+    // Pages in use against the ideal; returns them and the file's size.
+    let check = |n: usize, what: &str| -> Result<(u64, u64)> {
         let pages = db.cf("default")?.stats()?.pages_in_use;
         let file = db.stats()?.file_bytes;
         eprintln!(
@@ -1147,20 +1147,22 @@ fn folds_into_a_packed_table_keep_it_packed_and_the_file_close_to_it() -> Result
             "{what}: {pages} pages in use, ideal {}",
             ideal(n)
         );
-        Ok(file)
+        Ok((pages, file))
     };
     write(&keys[N..], true)?;
     db.checkpoint()?;
-    let file = check(keys.len(), "a sixth more keys")?;
-    let pages = db.cf("default")?.stats()?.pages_in_use;
+    let (pages, file) = check(keys.len(), "a sixth more keys")?;
+    // Within a twentieth (and the system's pages) of the pages in use: a
+    // round that ended one batch past the free space made the CF take a
+    // doubled extent (4,239 pages of file for 3,557 in use).
     assert!(
-        file <= (pages * 4096) * 5 / 4 + (2 << 20),
+        file / 4096 <= pages + pages / 20 + 128,
         "a {file}-byte file for {pages} pages in use"
     );
     let half: Vec<[u8; 24]> = keys.iter().step_by(2).copied().collect();
     write(&half, false)?;
     db.checkpoint()?;
-    let after = check(keys.len() - half.len(), "half removed")?;
+    let (_, after) = check(keys.len() - half.len(), "half removed")?;
     // Not strictly no growth: the first round of the removal's fold needs
     // pages before any it replaces are reusable (after its checkpoint),
     // and a checkpoint writes system pages (design.md "Fold rounds").
@@ -1264,20 +1266,17 @@ fn a_fold_in_rounds_is_exact_between_rounds() {
             "seed {seed}: reopen"
         );
         db2.check_integrity().unwrap();
-        while db2.fold_step().unwrap() {}
-        assert_eq!(
-            contents(&db2.begin_read().unwrap()),
-            rows(&model),
-            "seed {seed}: folded"
-        );
-        db2.check_integrity().unwrap();
+        let fold_to_the_end = |db: &Database, what: &str| {
+            while db.fold_step().unwrap() {}
+            assert_eq!(
+                contents(&db.begin_read().unwrap()),
+                rows(&model),
+                "seed {seed}: {what} folded"
+            );
+            db.check_integrity().unwrap();
+        };
+        fold_to_the_end(&db2, "reopened");
         // The first instance finishes its fold too.
-        while db.fold_step().unwrap() {}
-        assert_eq!(
-            contents(&db.begin_read().unwrap()),
-            rows(&model),
-            "seed {seed}: folded"
-        );
-        db.check_integrity().unwrap();
+        fold_to_the_end(&db, "first instance");
     }
 }

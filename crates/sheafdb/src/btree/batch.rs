@@ -128,10 +128,11 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     make_private_upto(store, root, &mut path, &mut leaf, false)?;
     let run = run_of(store, &path, leaf, writes, i)?;
     let end = *run.ends.last().expect("a run has its first leaf");
-    // The run's committed leaves, which no allocation may hand out, nor
-    // the overflow runs they name (see the checks before the frees).
-    let committed: Vec<PageId> = (run.leaves.iter().copied())
-        .filter(|&id| !store.is_private(id))
+    // Which of the run's leaves are committed: no allocation may hand
+    // them out, nor the overflow runs they name (checked before the
+    // frees).
+    let was_committed: Vec<bool> = (run.leaves.iter())
+        .map(|&id| !store.is_private(id))
         .collect();
     let pages = (run.leaves.iter())
         .map(|&id| store.read_page(id))
@@ -166,9 +167,8 @@ fn apply_leaf<S: PageWrite + ?Sized>(
         put: 0,
     };
     let mut from = i;
-    for ((node, &to), id) in nodes.iter().zip(&run.ends).zip(&run.leaves) {
-        let from_committed = committed.contains(id);
-        merge.leaf(ps, node, &writes[from..to], &values, from_committed)?;
+    for ((node, &to), &committed) in nodes.iter().zip(&run.ends).zip(&was_committed) {
+        merge.leaf(ps, node, &writes[from..to], &values, committed)?;
         from = to;
     }
     debug_assert_eq!(merge.put, values.len(), "every put has its cell");
@@ -191,20 +191,6 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     let frees = merge.frees;
     drop(nodes);
     drop(pages);
-    // A committed leaf names only committed runs: one that is private now
-    // was handed out by an allocation above (the file's free space names
-    // a live overflow run), and freeing it would free a page in use.
-    if let Some(&(id, _, _)) =
-        (frees.iter()).find(|&&(id, _, committed)| committed && store.is_private(id))
-    {
-        return Err(Error::corrupted_page(
-            id,
-            "free space names a live overflow run",
-        ));
-    }
-    for (id, npages, _) in frees {
-        store.free(id, npages);
-    }
     let leaf = target;
     let single = children.len() == 1;
     let parent_kept = if !single || span > 0 {
@@ -212,15 +198,25 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     } else {
         true
     };
-    // A committed leaf of the run that is private now was handed out by
-    // an allocation above (for the leaf's copy, a spilled page, a value,
-    // a parent's split): the file's free space names a live tree page, and
-    // freeing the sibling would free a page the tree now names.
-    if let Some(&id) = committed.iter().find(|&&id| store.is_private(id)) {
-        return Err(Error::corrupted_page(
-            id,
-            "free space names a live tree page",
-        ));
+    // A page that was committed when the step began (a leaf of the run,
+    // or an overflow run a committed leaf names) and is private now was
+    // handed out by an allocation above (the leaf's copy, a value, a
+    // parent's split): the file's free space names a live page, and
+    // freeing it would free a page the new tree names.
+    let committed_leaves = (run.leaves.iter().zip(&was_committed))
+        .filter(|(_, &committed)| committed)
+        .map(|(&id, _)| id);
+    let committed_runs = (frees.iter())
+        .filter(|&&(_, _, committed)| committed)
+        .map(|&(id, _, _)| id);
+    if let Some(id) = committed_leaves
+        .chain(committed_runs)
+        .find(|&id| store.is_private(id))
+    {
+        return Err(Error::corrupted_page(id, "free space names a live page"));
+    }
+    for (id, npages, _) in frees {
+        store.free(id, npages);
     }
     for &sibling in &run.leaves[1..] {
         store.free(sibling, 1);
@@ -285,27 +281,22 @@ fn run_of<S: PageWrite + ?Sized>(
     let n = node.count();
     // At most n - 1 siblings: the parent keeps a second child.
     let last = n.min((idx + n).saturating_sub(1));
-    let mut parent_hi = None;
     for k in idx + 1..=last {
         if end == writes.len() {
             break;
         }
+        // The parent's own bound for its rightmost child (the last k).
         let bound = if k < n {
             Some(node.branch_key(k)?.to_vec())
         } else {
-            parent_hi
-                .get_or_insert(bound_at(store, path, path.len - 1)?)
-                .clone()
+            bound_at(store, path, path.len - 1)?
         };
         let e = ends_before(writes, end, bound.as_deref());
         if e == end {
             break;
         }
         let sibling = node.child(k)?;
-        if sibling == leaf
-            || run.leaves.contains(&sibling)
-            || path.ids[..path.len].contains(&sibling)
-        {
+        if run.leaves.contains(&sibling) || path.ids[..path.len].contains(&sibling) {
             return Err(Error::corrupted_page(sibling, "page reachable twice"));
         }
         run.leaves.push(sibling);

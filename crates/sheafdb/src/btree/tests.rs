@@ -1037,15 +1037,7 @@ fn a_batch_into_an_empty_tree_packs_its_pages() {
     let mut keys: Vec<u64> = (0..N).map(|_| rng.gen()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let writes: Vec<BatchWrite> = keys
-        .iter()
-        .map(|k| {
-            (
-                Arc::from(&k.to_be_bytes()[..]),
-                Some(Arc::from(&[1u8; 8][..])),
-            )
-        })
-        .collect();
+    let writes: Vec<BatchWrite> = keys.iter().map(|&k| put_u64(k, 8)).collect();
     let ideal = leaf_ideal(PS, writes.len(), 7 + 8 + 8);
     let mut s = MemStore::new(PS);
     let mut root = TreeRoot::default();
@@ -1080,6 +1072,19 @@ fn a_batch_into_an_empty_tree_packs_its_pages() {
     let [leaves, _, _] = check_store(&s, &root);
     eprintln!("random batches: {leaves} leaves, ideal {ideal}");
     assert!(leaves < 2 * ideal, "{leaves} leaves, ideal {ideal}");
+}
+
+/// A put of the big-endian `k` with a value of `value_len` bytes.
+fn put_u64(k: u64, value_len: usize) -> BatchWrite {
+    (
+        Arc::from(&k.to_be_bytes()[..]),
+        Some(Arc::from(vec![1u8; value_len])),
+    )
+}
+
+/// A removal of the big-endian `k`.
+fn remove_u64(k: u64) -> BatchWrite {
+    (Arc::from(&k.to_be_bytes()[..]), None)
 }
 
 fn put_batch(keys: &[Vec<u8>]) -> Vec<BatchWrite> {
@@ -1219,25 +1224,18 @@ fn dense_batches_into_a_packed_tree_keep_it_packed() {
     let mut keys: Vec<u64> = (0..N + N / 5).map(|_| rng.gen()).collect();
     keys.sort_unstable();
     keys.dedup();
-    let put = |k: &u64| -> BatchWrite {
-        (
-            Arc::from(&k.to_be_bytes()[..]),
-            Some(Arc::from(&[1u8; 150][..])),
-        )
+    // Puts of `keys` with 150-byte values, as one batch, committed.
+    let put_all = |s: &mut MemStore, root: &mut TreeRoot, keys: &[u64]| {
+        let batch: Vec<BatchWrite> = keys.iter().map(|&k| put_u64(k, 150)).collect();
+        apply_sorted(s, root, &batch).unwrap();
+        s.commit();
     };
     let (base, extra): (Vec<u64>, Vec<u64>) = keys.iter().partition(|_| rng.gen_bool(5.0 / 6.0));
     let (mut s, mut root) = (MemStore::new(PS), TreeRoot::default());
-    apply_sorted(&mut s, &mut root, &base.iter().map(put).collect::<Vec<_>>()).unwrap();
-    s.commit();
+    put_all(&mut s, &mut root, &base);
     // The extra keys in rounds of 512 consecutive keys, as a fold does.
     for chunk in extra.chunks(512) {
-        apply_sorted(
-            &mut s,
-            &mut root,
-            &chunk.iter().map(put).collect::<Vec<_>>(),
-        )
-        .unwrap();
-        s.commit();
+        put_all(&mut s, &mut root, chunk);
     }
     let [leaves, _, _] = check_store(&s, &root);
     let ideal = leaf_ideal(PS, keys.len(), 7 + 8 + 150);
@@ -1246,9 +1244,23 @@ fn dense_batches_into_a_packed_tree_keep_it_packed() {
         (leaves as f64) < 1.25 * ideal as f64,
         "{leaves} leaves, ideal {ideal}"
     );
-    let removes: Vec<BatchWrite> = (keys.iter().step_by(2))
-        .map(|k| (Arc::from(&k.to_be_bytes()[..]), None))
-        .collect();
+    // A sparse batch next (about one key per eight leaves): the tenth the
+    // runs left free takes each key without a split (packed full, every
+    // touched leaf would split in two).
+    let mut sparse: Vec<u64> = (0..leaves / 8).map(|_| rng.gen()).collect();
+    sparse.sort_unstable();
+    sparse.dedup();
+    sparse.retain(|k| keys.binary_search(k).is_err());
+    put_all(&mut s, &mut root, &sparse);
+    let [after, _, _] = check_store(&s, &root);
+    eprintln!("sparse inserts: {after} leaves, {leaves} before");
+    assert!(
+        after <= leaves + leaves / 50,
+        "{} sparse inserts split {} leaves",
+        sparse.len(),
+        after - leaves
+    );
+    let removes: Vec<BatchWrite> = keys.iter().step_by(2).map(|&k| remove_u64(k)).collect();
     for chunk in removes.chunks(512) {
         apply_sorted(&mut s, &mut root, chunk).unwrap();
         s.commit();
@@ -1604,21 +1616,13 @@ fn free_space_naming_a_run_sibling_is_corrupt() {
 #[test]
 fn a_batch_removing_nearly_everything_leaves_a_shallow_tree() {
     let keys: Vec<u64> = (0..200_000u64).map(|i| i * 7919).collect();
-    let puts: Vec<BatchWrite> = keys
-        .iter()
-        .map(|k| {
-            (
-                Arc::from(&k.to_be_bytes()[..]),
-                Some(Arc::from(&[1u8; 8][..])),
-            )
-        })
-        .collect();
+    let puts: Vec<BatchWrite> = keys.iter().map(|&k| put_u64(k, 8)).collect();
     let (mut s, mut root) = (MemStore::new(PS), TreeRoot::default());
     apply_sorted(&mut s, &mut root, &puts).unwrap();
     s.commit();
     let removes: Vec<BatchWrite> = (keys.iter().enumerate())
         .filter(|(i, _)| i % 200 != 0)
-        .map(|(_, k)| (Arc::from(&k.to_be_bytes()[..]), None))
+        .map(|(_, &k)| remove_u64(k))
         .collect();
     apply_sorted(&mut s, &mut root, &removes).unwrap();
     s.commit();

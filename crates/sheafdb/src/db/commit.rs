@@ -26,6 +26,7 @@ use crate::txn::{
     CfShared, CfVersion, Durability, FoldCarry, FoldProgress, WriteState, WriterGuard, WriterSlot,
     ROUND_BATCH,
 };
+use crate::types::{CfId, Lsn, PageId, Version};
 
 /// What [`DbShared::fold_cf`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,6 @@ pub(crate) enum Fold {
     /// compaction's limit): a later checkpoint folds.
     Busy,
 }
-use crate::types::{CfId, Lsn, PageId, Version};
 
 /// A version queued for publication whose committer has not resolved it
 /// yet. Every path out of a commit resolves it: published, or failed (the

@@ -192,9 +192,9 @@ pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result
     let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
     // Quiesce: no writer of any CF, no checkpoint. `WouldDeadlock` if this
     // thread holds one of the writers (it would wait on itself).
-    let mut _writers = Vec::with_capacity(cfs.len());
+    let mut writers = Vec::with_capacity(cfs.len());
     for c in &cfs {
-        _writers.push(c.lock_writer()?);
+        writers.push(c.lock_writer()?);
     }
     let mut _folds = Vec::with_capacity(cfs.len());
     for c in &cfs {
@@ -259,7 +259,7 @@ pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result
         }
     }
 
-    for (cf, writer) in cfs.iter().zip(&_writers) {
+    for (cf, writer) in cfs.iter().zip(&writers) {
         let r = check_one(shared, cf, &writer.head, &mut progress)?;
         report.cfs += r.cfs;
         report.tables += r.tables;

@@ -278,8 +278,7 @@ impl CfReplay {
         let st = &mut self.state;
         debug_assert_eq!(st.base.buffer.entries(), 0, "replay over a buffer");
         for id in st.writes.tables() {
-            let root = (st.tables.values())
-                .find(|t| t.meta.id == id)
+            let root = (st.table_by_id(id))
                 .map(|t| t.root())
                 .ok_or_else(|| corrupt(format!("writes to unloaded table {id}")))?;
             let pages = &st.pages;

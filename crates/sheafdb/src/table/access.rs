@@ -186,13 +186,6 @@ pub struct Range<'t, K: Key + 'static, V: Value + 'static> {
 
 /// One step of the merged view of `table` in `st` (its pending writes over
 /// its tree).
-/// The current tree root of table `id` in `st`, if it is loaded.
-fn tree_of(st: &WriteState, id: TableId) -> Option<TreeRoot> {
-    (st.tables.values())
-        .find(|t| t.meta.id == id)
-        .map(|t| t.root())
-}
-
 pub(super) fn merged_step(
     st: &WriteState,
     table: TableId,
@@ -246,7 +239,8 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 made_for,
             } => match txn.state() {
                 Ok(st) => {
-                    let now = (tree_of(&st, *table).unwrap_or(made_for.0), st.folded);
+                    let tree_now = st.table_by_id(*table).map(|t| t.root());
+                    let now = (tree_now.unwrap_or(made_for.0), st.folded);
                     if now != *made_for {
                         *tree = TreeWalk::new(&now.0, window);
                         *buffered = BufferWalk::default();

@@ -232,6 +232,17 @@ impl WriteState {
         }
     }
 
+    /// The loaded state of table `id` (tables are keyed by name; a
+    /// transaction loads few, so this is a short scan).
+    pub fn table_by_id(&self, id: TableId) -> Option<&TableState> {
+        self.tables.values().find(|t| t.meta.id == id)
+    }
+
+    /// [`WriteState::table_by_id`], mutable.
+    pub fn table_by_id_mut(&mut self, id: TableId) -> Option<&mut TableState> {
+        self.tables.values_mut().find(|t| t.meta.id == id)
+    }
+
     /// Catalog rule shared by the API and WAL replay: adds the new, empty
     /// table `name` described by `meta` (its id at or past `next_table`).
     pub fn catalog_create(&mut self, name: &str, meta: TableMeta) -> Result<()> {
@@ -413,7 +424,9 @@ impl WriteState {
         let mut it = base.buffer.newest_from(upto, from.0, &from.1).peekable();
         let mut batch: Vec<btree::BatchWrite> = Vec::new();
         let mut table: Option<TableId> = None;
-        // Small budgets check it often (a page holds tens of keys).
+        // Batches of ROUND_BATCH keys (the margin of `round_budget` is
+        // sized for them); only a budget under 32 pages (tests) makes them
+        // smaller, so rounds of a page or two still stop often.
         let batch_keys = ROUND_BATCH
             .min(usize::try_from(budget_pages.saturating_mul(16)).unwrap_or(ROUND_BATCH));
         loop {
@@ -638,6 +651,8 @@ impl WriteState {
         // Writes are recorded only through a loaded table; a table renamed
         // or created over (WAL records replay refuses) would leave them
         // without one.
+        // (Through the field, not `table_by_id_mut`: `self.pages` is
+        // borrowed beside it.)
         let table = (self.tables.values_mut())
             .find(|t| t.meta.id == id)
             .ok_or_else(|| {
@@ -730,7 +745,7 @@ impl WriteState {
             .record(id, key, value.map(Arc::from), old.is_some());
         // A table whose tree is empty keeps every write pending: applied
         // once, in key order, at commit, they fill its pages (a bulk load).
-        let has_pages = (self.tables.values()).any(|t| t.meta.id == id && t.meta.root.is_some());
+        let has_pages = self.table_by_id(id).is_some_and(|t| t.meta.root.is_some());
         if has_pages
             && self
                 .writes
@@ -738,7 +753,7 @@ impl WriteState {
                 .is_some_and(|w| w.bytes() > self.spill_bytes)
         {
             self.apply_table_writes(id).map_err(|e| self.fail(e))?;
-            if let Some(t) = self.tables.values_mut().find(|t| t.meta.id == id) {
+            if let Some(t) = self.table_by_id_mut(id) {
                 t.direct = true;
             }
         }

@@ -61,7 +61,7 @@ pub(crate) struct CfVersion {
 /// `deltas` of the versions meanwhile count relative to the trees as they
 /// are (so reads and `len()` stay exact), and their `tree_base` keeps the
 /// LSN of the trees before the first round, where replay must resume.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct FoldProgress {
     /// The version whose entries the rounds fold.
     pub upto: Version,
@@ -81,13 +81,7 @@ impl FoldProgress {
     /// stopped, or (no fold under way) at the first key, folding `v`.
     pub fn of(v: &CfVersion) -> FoldProgress {
         match &v.fold {
-            Some(f) => FoldProgress {
-                upto: f.upto,
-                upto_lsn: f.upto_lsn,
-                cursor: f.cursor.clone(),
-                expected: f.expected.clone(),
-                done: f.done.clone(),
-            },
+            Some(f) => (**f).clone(),
             None => FoldProgress {
                 upto: v.version,
                 upto_lsn: v.lsn,
