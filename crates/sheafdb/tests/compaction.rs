@@ -66,12 +66,29 @@ fn builder() -> sheafdb::Builder {
 #[test]
 fn removing_everything_gives_the_file_back() -> Result<()> {
     let vfs = MemVfs::new();
-    let db = builder().create_with_vfs(Arc::new(vfs.clone()), "c.sheaf")?;
+    let wal_first = 64 << 10;
+    let db = builder()
+        .wal_segment_bytes(4 << 20)
+        .wal_first_segment_bytes(wal_first)
+        .wal_record_max_bytes(1 << 20)
+        .create_with_vfs(Arc::new(vfs.clone()), "c.sheaf")?;
     load(&db, 0..20_000)?;
     db.checkpoint()?;
     let loaded = file_len(&vfs, "c.sheaf");
     assert!(loaded > 4 << 20, "the load left only {loaded} bytes");
-    remove(&db, 0..20_000)?;
+    // Commits of 20 KB values, so the log appends to files well past its
+    // first size.
+    for k in 20_000..20_200u64 {
+        let tx = db.begin_write()?;
+        tx.open_table(T)?.insert(k, vec![1u8; 20_000].as_slice())?;
+        tx.commit()?;
+    }
+    remove(&db, 0..20_200)?;
+    let wal_before = db.file_info()?.wal_bytes;
+    assert!(
+        wal_before > 2 << 20,
+        "the log holds only {wal_before} bytes"
+    );
     let r = db.compact()?;
     let after = file_len(&vfs, "c.sheaf");
     assert_eq!(r.bytes_after, after);
@@ -79,6 +96,13 @@ fn removing_everything_gives_the_file_back() -> Result<()> {
     assert!(
         after < 512 << 10,
         "{after} bytes after removing everything (from {loaded})"
+    );
+    // The WAL gives its space back too, the file it appended to included
+    // (every record is in the checkpoints compaction made).
+    let wal_after = db.file_info()?.wal_bytes;
+    assert!(
+        wal_after <= wal_first,
+        "{wal_after} bytes of WAL after compaction (from {wal_before})"
     );
     assert_eq!(db.file_len_bytes(), after);
     assert!(contents(&db)?.is_empty());

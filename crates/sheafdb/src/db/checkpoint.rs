@@ -34,6 +34,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::checkpointer::SysState;
+use super::commit::Patience;
 use super::DbShared;
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
@@ -76,13 +77,33 @@ impl DbShared {
         // the pages it replaced (see `fold_cf`). Rounds only cover the
         // versions published when a fold began, and a CF whose fold ended
         // is not folded again here, so this ends while writers go on.
-        let mut folding = self.fold_all()?;
-        while !folding.is_empty() {
+        self.fold_and_checkpoint(None, Patience::Grow).map(|_| ())
+    }
+
+    /// Folds (in rounds, a checkpoint after each) the buffers of `cfs`
+    /// (every CF if `None`), then checkpoints everything and cuts the file
+    /// if worth it. Returns the CFs whose fold was deferred to wait for
+    /// snapshots (`Patience::WaitForSnapshots` only): the background
+    /// checkpointer calls this again with them once a snapshot released
+    /// pages.
+    pub(crate) fn fold_and_checkpoint(
+        self: &Arc<Self>,
+        cfs: Option<Vec<Arc<CfShared>>>,
+        patience: Patience,
+    ) -> Result<Vec<Arc<CfShared>>> {
+        let mut pass = match cfs {
+            None => self.fold_all(patience)?,
+            Some(cfs) => self.fold_rounds(cfs, patience)?,
+        };
+        let mut deferred = std::mem::take(&mut pass.deferred);
+        while !pass.more.is_empty() {
             self.checkpoint_including(Vec::new())?;
-            folding = self.fold_rounds(folding)?;
+            pass = self.fold_rounds(pass.more, patience)?;
+            deferred.append(&mut pass.deferred);
         }
         self.checkpoint_including(Vec::new())?;
-        self.shrink_if_worth_it()
+        self.shrink_if_worth_it()?;
+        Ok(deferred)
     }
 
     /// Checkpoints every CF with unpersisted published commits, plus
@@ -180,11 +201,13 @@ impl DbShared {
     }
 
     /// Deletes free WAL segment files beyond `keep_bytes` (design.md
-    /// "WAL size"). They hold nothing replay needs, so a failure to delete
-    /// one costs only disk space and fails nothing.
+    /// "WAL size"); with `keep_bytes` 0 (an idle log, close, the end of a
+    /// compaction) a log wholly released gives back its open file too.
+    /// They hold nothing replay needs, so a failure to delete one costs
+    /// only disk space and fails nothing.
     pub(crate) fn give_back_wal(&self, keep_bytes: u64) {
         if let Some(wal) = self.wal_if_open() {
-            let _ = wal.give_back(keep_bytes);
+            let _ = wal.give_back(keep_bytes, keep_bytes == 0);
         }
     }
 

@@ -13,15 +13,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::btree::TreeRoot;
 use crate::lock_rank::{ranks, RankedMutex};
 use crate::pager::alloc::CfAllocator;
+use crate::txn::CfShared;
 use crate::types::{CfId, Lsn, PageId};
 
+use super::commit::Patience;
 use super::{DbShared, Options};
 
 /// Durable system state, changed only by checkpoints (under its lock).
@@ -152,10 +154,16 @@ impl CheckpointState {
     /// a trigger fired. Uses the commit's own LSN, so the commit path does
     /// not take the WAL lock again.
     pub fn after_commit(&self, end: Lsn) {
-        let since = end.0.saturating_sub(self.last_lsn.load(Ordering::Relaxed));
-        if since >= self.triggers.wal_bytes || self.dirty_bytes() >= self.triggers.dirty_bytes {
+        if self.due(end) {
             self.request();
         }
+    }
+
+    /// True if the log (ending at `end`) or the dirty pages passed their
+    /// checkpoint trigger.
+    pub fn due(&self, end: Lsn) -> bool {
+        let since = end.0.saturating_sub(self.last_lsn.load(Ordering::Relaxed));
+        since >= self.triggers.wal_bytes || self.dirty_bytes() >= self.triggers.dirty_bytes
     }
 
     /// Waits up to `interval` for a request; `None` on shutdown, else
@@ -173,20 +181,108 @@ impl CheckpointState {
     }
 }
 
+/// How often the background checkpointer looks whether snapshots that
+/// kept a deferred fold waiting have released pages.
+const DEFERRED_POLL: Duration = Duration::from_millis(20);
+
+/// Folds the background checkpointer deferred to wait for snapshots
+/// (design.md "Fold rounds", *Waiting for snapshots*): each CF with the
+/// pages that waited for snapshots when it was deferred, and since when
+/// the first one waits.
+#[derive(Debug, Default)]
+struct DeferredFolds {
+    cfs: Vec<(Arc<CfShared>, u64)>,
+    since: Option<Instant>,
+}
+
+impl DeferredFolds {
+    /// Records the CFs the last pass deferred (replacing the earlier
+    /// list; the wait keeps its start while folds stay deferred).
+    fn note(&mut self, cfs: Vec<Arc<CfShared>>) {
+        if cfs.is_empty() {
+            *self = DeferredFolds::default();
+            return;
+        }
+        self.cfs = (cfs.into_iter())
+            .map(|cf| {
+                let pinned = cf.alloc.lock().waiting_pages().0;
+                (cf, pinned)
+            })
+            .collect();
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// True if some CF's pages waiting for snapshots went down (a
+    /// snapshot ended): a retry may now fold without growing the file.
+    fn released_some(&self) -> bool {
+        (self.cfs.iter()).any(|(cf, pinned)| cf.alloc.lock().waiting_pages().0 < *pinned)
+    }
+
+    /// True once folds have waited a whole checkpoint interval: the next
+    /// pass grows the file rather than wait longer (a snapshot held for
+    /// minutes must not keep the buffer, and the WAL behind it, from
+    /// being folded).
+    fn overdue(&self, interval: Duration) -> bool {
+        self.since.is_some_and(|t| t.elapsed() >= interval)
+    }
+
+    fn take(&mut self) -> Vec<Arc<CfShared>> {
+        self.cfs.drain(..).map(|(cf, _)| cf).collect()
+    }
+}
+
 /// The background checkpointer: runs a checkpoint when asked (WAL or dirty
-/// bytes over their trigger) or when the timer fires with work to do.
+/// bytes over their trigger) or when the timer fires with work to do;
+/// retries deferred folds when snapshots release pages; gives the WAL's
+/// space back when nothing was committed for an interval.
 pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
+    let mut deferred = DeferredFolds::default();
+    let mut last_run = Instant::now();
     loop {
         let Some(shared) = weak.upgrade() else { return };
         let interval = shared.options.checkpoint_interval;
-        let Some(requested) = shared.ckpt.wait_request(interval) else {
+        let wait = match deferred.cfs.is_empty() {
+            true => interval,
+            false => DEFERRED_POLL.min(interval),
+        };
+        let Some(requested) = shared.ckpt.wait_request(wait) else {
             return;
         };
-        let timer_work =
-            shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0 || shared.budget.used() > 0;
-        if (requested || timer_work) && shared.health.check_writable().is_ok() {
-            // A failure poisons the database; writers will see it.
-            let _ = shared.checkpoint_all();
+        if shared.health.check_writable().is_err() {
+            continue;
         }
+        let timer_due = last_run.elapsed() >= interval;
+        let timer_work = timer_due
+            && (shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0 || shared.budget.used() > 0);
+        let patience = match deferred.overdue(interval) {
+            true => Patience::Grow,
+            false => Patience::WaitForSnapshots,
+        };
+        // A failure poisons the database; writers will see it.
+        // A buffer past its fold threshold asks again after every commit;
+        // while its fold waits for snapshots, only released pages, the
+        // timer or the log and dirty triggers make another pass worth it.
+        let waiting = !deferred.cfs.is_empty()
+            && patience == Patience::WaitForSnapshots
+            && !deferred.released_some();
+        let requested = requested && (!waiting || shared.ckpt.due(shared.wal().next_lsn()));
+        let outcome = if requested || timer_work {
+            last_run = Instant::now();
+            shared.fold_and_checkpoint(None, patience)
+        } else if !deferred.cfs.is_empty() {
+            if waiting {
+                continue;
+            }
+            shared.fold_and_checkpoint(Some(deferred.take()), patience)
+        } else {
+            if timer_due {
+                // Nothing committed for a whole interval: the log gives
+                // back its free files, and its open one once released.
+                last_run = Instant::now();
+                shared.give_back_wal(0);
+            }
+            continue;
+        };
+        deferred.note(outcome.unwrap_or_default());
     }
 }

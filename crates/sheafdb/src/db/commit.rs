@@ -39,6 +39,34 @@ pub(crate) enum Fold {
     /// Nothing was done now (writer busy, another fold running, a
     /// compaction's limit): a later checkpoint folds.
     Busy,
+    /// Nothing was done now: the round would have grown the file while
+    /// pages it could reuse wait for snapshots (only with
+    /// [`Patience::WaitForSnapshots`]); the checkpointer retries when
+    /// they are released.
+    Deferred,
+}
+
+/// What one pass of fold rounds over several CFs left to do.
+#[derive(Debug, Default)]
+pub(crate) struct FoldPass {
+    /// CFs that committed a round and have rounds left (after a
+    /// checkpoint).
+    pub more: Vec<Arc<CfShared>>,
+    /// CFs whose round was deferred ([`Fold::Deferred`]).
+    pub deferred: Vec<Arc<CfShared>>,
+}
+
+/// What a fold round short of free space does (design.md "Fold rounds",
+/// *Waiting for snapshots*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// Take new space (grow the file) rather than wait: explicit
+    /// checkpoints, close, compaction, writers stalled on the buffer.
+    Grow,
+    /// The background checkpointer with buffers under the fold trigger:
+    /// if pages freed earlier wait only for snapshots (or for the next
+    /// checkpoint), defer the round rather than grow the file.
+    WaitForSnapshots,
 }
 
 /// A version queued for publication whose committer has not resolved it
@@ -241,7 +269,14 @@ impl DbShared {
     /// `Busy` if the writer stayed busy, another thread folds this CF, or a
     /// compaction limits its allocator (the work is discarded; the
     /// buffered commits stay in the WAL, a later checkpoint folds them).
-    pub(crate) fn fold_cf(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<Fold> {
+    ///
+    /// `Deferred` (with [`Patience::WaitForSnapshots`] only) if the round
+    /// would have grown the file while freed pages wait for snapshots.
+    pub(crate) fn fold_cf(
+        self: &Arc<Self>,
+        cf: &Arc<CfShared>,
+        patience: Patience,
+    ) -> Result<Fold> {
         if cf.check_live().is_err() || cf.current.load().buffer.entries() == 0 {
             return Ok(Fold::Done);
         }
@@ -255,7 +290,9 @@ impl DbShared {
         }
         self.health.check_writable()?;
         let progress = FoldProgress::of(&folded);
-        let budget = self.round_budget(cf);
+        let Some(budget) = self.round_budget(cf, patience) else {
+            return Ok(Fold::Deferred);
+        };
         let log_max = Some(self.options.wal_record_max_bytes);
         let mut st = WriteState::new(self.space.clone(), cf, folded.clone(), log_max);
         let built = (st.fold_round(progress.upto, &progress.cursor, budget))
@@ -319,58 +356,82 @@ impl DbShared {
 
     /// Pages a fold round of `cf` may hold before it stops: the free space
     /// it can allocate without growing the file (its own free pages and
-    /// the unowned extents), but at least a sixteenth of the CF's pages in
-    /// use (so a fold takes at most about sixteen rounds) and 64 pages.
-    /// `Builder::fold_round_pages` overrides it (tests).
-    pub(crate) fn round_budget(&self, cf: &CfShared) -> u64 {
-        if let Some(pages) = self.options.fold_round_pages {
-            return pages.max(1);
-        }
-        let (free, used) = {
-            let a = cf.alloc.lock();
+    /// the unowned extents, less a margin). Where that is less than a
+    /// sixteenth of the CF's pages in use (at least 64): a round of what
+    /// is free if that is at least a sixty-fourth of them (at least 256
+    /// pages); else, with [`Patience::WaitForSnapshots`], `None` (defer)
+    /// if freed pages wait for snapshots or a checkpoint and no buffer is
+    /// past the total fold trigger; else the sixteenth, growing the file
+    /// (so a fold takes at most about sixteen rounds).
+    /// `Builder::fold_round_pages` (tests) fixes the size of every round,
+    /// without margin, and keeps the rule for deferring.
+    pub(crate) fn round_budget(&self, cf: &CfShared, patience: Patience) -> Option<u64> {
+        let (free, used, waiting) = {
+            let mut a = cf.alloc.lock();
+            let (pinned, checkpoint) = a.waiting_pages();
             let total: u64 = a.extents().iter().map(|e| e.pages).sum();
             let free = a.free_set().pages();
-            (free, total.saturating_sub(free))
+            (free, total.saturating_sub(free), pinned + checkpoint)
         };
         let pool = self.space.extents.lock().free_pages();
+        let fixed = self.options.fold_round_pages.map(|p| p.max(1));
         // A round stops after the batch that reaches its budget, and a
         // batch may copy two pages per key: the margin keeps that last
         // batch inside the free space, so a round that could fit in it
         // never makes the CF take a new (doubled) extent.
-        let margin = 2 * ROUND_BATCH as u64;
-        (free + pool).saturating_sub(margin).max(used / 16).max(64)
+        let margin = match fixed {
+            Some(_) => 0,
+            None => 2 * ROUND_BATCH as u64,
+        };
+        let avail = (free + pool).saturating_sub(margin);
+        let (full, smaller) = match fixed {
+            Some(p) => (p, p),
+            None => ((used / 16).max(64), (used / 64).max(256)),
+        };
+        if avail >= full {
+            return Some(fixed.unwrap_or(avail));
+        }
+        if avail >= smaller {
+            return Some(avail);
+        }
+        let wait =
+            patience == Patience::WaitForSnapshots && waiting > 0 && !self.budget.over_fold_total();
+        (!wait).then_some(full)
     }
 
     /// One fold round of every CF (see [`DbShared::fold_cf`]); returns
     /// the CFs that have rounds left (the caller checkpoints, then calls
     /// [`DbShared::fold_rounds`] with them).
-    pub(crate) fn fold_all(self: &Arc<Self>) -> Result<Vec<Arc<CfShared>>> {
+    pub(crate) fn fold_all(self: &Arc<Self>, patience: Patience) -> Result<FoldPass> {
         let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
-        self.fold_rounds(cfs)
+        self.fold_rounds(cfs, patience)
     }
 
-    /// One fold round of each of `cfs`; returns those with rounds left.
-    /// A CF whose fold ended is not folded again here: with writers
-    /// committing meanwhile there would always be a new buffer to fold,
-    /// and a checkpoint looping on them would never end.
+    /// One fold round of each of `cfs`; returns those with rounds left
+    /// and those deferred. A CF whose fold ended is not folded again here:
+    /// with writers committing meanwhile there would always be a new
+    /// buffer to fold, and a checkpoint looping on them would never end.
     pub(crate) fn fold_rounds(
         self: &Arc<Self>,
         cfs: Vec<Arc<CfShared>>,
-    ) -> Result<Vec<Arc<CfShared>>> {
-        let mut more = Vec::new();
+        patience: Patience,
+    ) -> Result<FoldPass> {
+        let mut pass = FoldPass::default();
         for cf in cfs {
-            if self.fold_cf(&cf)? == Fold::Round {
-                more.push(cf);
+            match self.fold_cf(&cf, patience)? {
+                Fold::Round => pass.more.push(cf),
+                Fold::Deferred => pass.deferred.push(cf),
+                Fold::Done | Fold::Busy => {}
             }
         }
-        Ok(more)
+        Ok(pass)
     }
 
     /// Folds `cf` to the end: round, checkpoint, round, … (the checkpoints
     /// make the pages each round replaced reusable by the next).
     pub(crate) fn fold_cf_fully(self: &Arc<Self>, cf: &Arc<CfShared>) -> Result<Fold> {
         loop {
-            match self.fold_cf(cf)? {
+            match self.fold_cf(cf, Patience::Grow)? {
                 Fold::Round => self.checkpoint_including(Vec::new())?,
                 done_or_busy => return Ok(done_or_busy),
             }

@@ -225,7 +225,7 @@ impl DbShared {
         };
         // Where the file could end if packed, with a little room for the
         // system's own pages and the allocation granularity.
-        let target = used + used / 64 + 16;
+        let target = used + used / 512 + 16;
         let step = (max_bytes / ps).max(1);
         let limit = target.max(file.saturating_sub(step));
         if limit < file {
@@ -351,16 +351,17 @@ impl DbShared {
             total.bytes_after = r.bytes_after;
             total.pages_moved += r.pages_moved;
             total.done = r.done;
-            if r.done {
-                return Ok(total);
+            if r.done || (r.bytes_after >= r.bytes_before && reach <= 256 << 10) {
+                break;
             }
             if r.bytes_after >= r.bytes_before {
-                if reach <= 256 << 10 {
-                    return Ok(total);
-                }
                 reach /= 2;
             }
         }
+        // The WAL too: free segment files, and the open one if nothing
+        // logged since is unreleased (the next record starts a small one).
+        self.give_back_wal(0);
+        Ok(total)
     }
 
     /// Moves `cf`'s trees below page `limit` as one commit (nothing if they

@@ -575,7 +575,7 @@ impl Database {
     #[doc(hidden)]
     pub fn fold_step(&self) -> Result<bool> {
         self.shared.check_open()?;
-        let more = !self.shared.fold_all()?.is_empty();
+        let more = !(self.shared.fold_all(commit::Patience::Grow)?.more).is_empty();
         self.shared.checkpoint_including(Vec::new())?;
         Ok(more)
     }

@@ -532,6 +532,22 @@ impl CfAllocator {
             .any(|(&p, f)| f.state == FreedState::Pinned && p + u64::from(f.npages) > limit)
     }
 
+    /// Pages freed by commits that are not free yet, as (waiting for a
+    /// snapshot to end, waiting only for a checkpoint): what a fold round
+    /// short of free space could have by waiting instead of growing the
+    /// file (`DbShared::round_budget`).
+    pub fn waiting_pages(&mut self) -> (u64, u64) {
+        self.drain_released();
+        let (mut pinned, mut checkpoint) = (0, 0);
+        for f in self.freed.values() {
+            match f.state {
+                FreedState::Pinned => pinned += u64::from(f.npages),
+                FreedState::AwaitCheckpoint => checkpoint += u64::from(f.npages),
+            }
+        }
+        (pinned, checkpoint)
+    }
+
     /// Gives up its free runs of at least `min_pages` that lie below page
     /// `below`: taken out of the free set and out of its extents (split
     /// around them); the caller returns them to the extent map's pool, so

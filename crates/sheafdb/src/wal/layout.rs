@@ -453,6 +453,30 @@ impl Layout {
         Some((slot, bytes))
     }
 
+    /// Closes the open use at the end of the log if the whole log is
+    /// released (every record is in a checkpoint), nothing waits to be
+    /// written, and its file is larger than the first size: `give_back`
+    /// may then delete that file too, and the next record starts a new
+    /// use in a file of the first size (an idle log gives back its working
+    /// size). The new use continues the chain exactly where this one
+    /// stopped, as after a switch. Returns whether it closed one.
+    pub fn retire_open(&mut self) -> bool {
+        let Some(open) = self.open else {
+            return false;
+        };
+        let released = self.released_lsn >= self.next_lsn && self.pending.is_empty();
+        if !released || self.slots[open.slot].bytes <= self.sizes.min_bytes {
+            return false;
+        }
+        let u = (self.slots[open.slot].holds.as_mut()).expect("the open use's slot holds it");
+        debug_assert_eq!(u.start, open.start, "the open slot holds another use");
+        u.end = Some(self.next_lsn);
+        self.open = None;
+        self.next_new_bytes = self.sizes.min_bytes;
+        debug_assert!(self.slots[open.slot].is_free(self.released_lsn));
+        true
+    }
+
     /// Free segment files (no live use) to delete so that at most
     /// `keep_bytes` of free files remain, smallest first (larger ones serve
     /// more records when the log is busy again). The open use's file is
@@ -711,5 +735,54 @@ mod tests {
         l.push(PreparedFrame::new(&big)).unwrap();
         l.push(PreparedFrame::new(&big)).unwrap();
         assert!(l.slot_files() >= 2);
+    }
+
+    /// An idle log gives back its open file too, once every record is
+    /// released and nothing waits to be written; the next record starts
+    /// a use of the first size continuing the chain where the log ended.
+    #[test]
+    fn a_released_log_retires_its_large_open_file() {
+        let sizes = SegmentSizes {
+            min_bytes: 2 * HEADER_BLOCK_BYTES,
+            max_bytes: 64 * HEADER_BLOCK_BYTES,
+        };
+        let mut l = Layout::resume(
+            sizes,
+            Resume {
+                slots: Vec::new(),
+                next_lsn: FIRST_LSN,
+                released_lsn: Lsn(0),
+                next_seq: 1,
+                prev_salt: 0,
+                db_id: 0,
+                generation: 0,
+            },
+        );
+        let big = vec![3u8; 20 * 4096];
+        l.push(PreparedFrame::new(&big)).unwrap();
+        let first = begins(&l.take_pending());
+        assert!(first[0].1.segment_bytes > sizes.min_bytes);
+        // Not released yet, or frames still pending: the open use stays.
+        assert!(!l.retire_open());
+        l.push(PreparedFrame::new(&[1u8; 10])).unwrap();
+        l.release_before(l.next_lsn);
+        assert!(!l.retire_open(), "retired with a frame not yet written");
+        l.take_pending();
+        let end = l.next_lsn;
+        assert!(l.retire_open());
+        assert!(!l.retire_open(), "retired twice");
+        assert_eq!(l.give_back(0).len(), 1);
+        assert_eq!(l.slot_files(), 0);
+        // The next record: a first-size file, a use starting at the end
+        // and naming the retired use's salt.
+        l.push(PreparedFrame::new(&[2u8; 10])).unwrap();
+        let next = begins(&l.take_pending());
+        let h = next[0].1;
+        assert_eq!(h.segment_bytes, sizes.min_bytes);
+        assert_eq!(h.start_lsn, end);
+        assert_eq!(h.prev_salt, first[0].1.salt);
+        // A small open file is kept.
+        l.release_before(l.next_lsn);
+        assert!(!l.retire_open(), "retired a file of the first size");
     }
 }

@@ -429,11 +429,16 @@ impl Wal {
     /// `keep_bytes` of them remain, smallest first; never the file records
     /// are appended to. Runs like an I/O round (no lock held while files
     /// are deleted); if a round is running it does nothing this time.
-    /// Returns the bytes given back.
-    pub fn give_back(&self, keep_bytes: u64) -> Result<u64> {
+    /// Returns the bytes given back. With `idle`, a released log also
+    /// gives back its open file if it is larger than the first size
+    /// (`Layout::retire_open`): the next record starts a small one.
+    pub fn give_back(&self, keep_bytes: u64, idle: bool) -> Result<u64> {
         let mut st = self.state.lock();
         if st.io_in_progress || st.poisoned.is_some() || self.opts.read_only {
             return Ok(0);
+        }
+        if idle {
+            st.layout.retire_open();
         }
         let before = st.layout.slot_bytes();
         let gone = st.layout.give_back(keep_bytes);
