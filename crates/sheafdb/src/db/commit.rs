@@ -63,7 +63,7 @@ pub(crate) enum Patience {
     /// Take new space (grow the file) rather than wait: explicit
     /// checkpoints, close, compaction, writers stalled on the buffer.
     Grow,
-    /// The background checkpointer with buffers under the fold trigger:
+    /// The background checkpointer with buffers under the stall mark:
     /// if pages freed earlier wait only for snapshots (or for the next
     /// checkpoint), defer the round rather than grow the file.
     WaitForSnapshots,
@@ -361,7 +361,8 @@ impl DbShared {
     /// is free if that is at least a sixty-fourth of them (at least 256
     /// pages); else, with [`Patience::WaitForSnapshots`], `None` (defer)
     /// if freed pages wait for snapshots or a checkpoint and no buffer is
-    /// past the total fold trigger; else the sixteenth, growing the file
+    /// at the stall mark (¾ of the buffer limit, where writers would fold
+    /// themselves); else the sixteenth, growing the file
     /// (so a fold takes at most about sixteen rounds).
     /// `Builder::fold_round_pages` (tests) fixes the size of every round,
     /// without margin, and keeps the rule for deferring.
@@ -395,7 +396,7 @@ impl DbShared {
             return Some(avail);
         }
         let wait =
-            patience == Patience::WaitForSnapshots && waiting > 0 && !self.budget.over_fold_total();
+            patience == Patience::WaitForSnapshots && waiting > 0 && !self.budget.over_stall_mark();
         (!wait).then_some(full)
     }
 

@@ -215,6 +215,17 @@ impl DbShared {
     /// Readers and writers keep running; a writer of a CF being moved
     /// waits for that commit like for any other.
     pub(crate) fn compact_step(self: &Arc<Self>, max_bytes: u64) -> Result<CompactReport> {
+        self.step_toward_target(max_bytes).map(|(report, _)| report)
+    }
+
+    /// [`DbShared::compact_step`], also returning how many pages the file
+    /// still ends past where it would if packed (its target; 0 when it
+    /// is there). A step whose limit is the target can move nothing
+    /// although the tail holds pages in use: copying them also copies
+    /// their ancestors below the limit, which the slack may not hold. Its
+    /// report says `done` (this step can do no more); `compact()` then
+    /// retries with a limit between the target and the end.
+    fn step_toward_target(self: &Arc<Self>, max_bytes: u64) -> Result<(CompactReport, u64)> {
         self.check_open()?;
         let ps = self.space.pager.page_size() as u64;
         self.checkpoint_all()?;
@@ -251,7 +262,7 @@ impl DbShared {
         let (after, _) = self.usage();
         report.bytes_after = after * ps;
         report.done = after <= target || (report.pages_moved == 0 && after >= file);
-        Ok(report)
+        Ok((report, after.saturating_sub(target)))
     }
 
     /// Waits, at most [`SNAPSHOT_WAIT`], until no snapshot still reads a
@@ -324,7 +335,7 @@ impl DbShared {
     /// steps.
     pub(crate) fn compact(self: &Arc<Self>) -> Result<CompactReport> {
         self.check_open()?;
-        self.checkpoint_all()?;
+        self.finish_folds()?;
         let ps = self.space.pager.page_size() as u64;
         let (file, _) = self.usage();
         let mut total = CompactReport {
@@ -345,23 +356,50 @@ impl DbShared {
         // limit was below what the CFs could move into: the free space
         // there is splintered, or taken) is retried with half the reach,
         // down to 256 KiB, so the limit climbs to where moves succeed.
+        let min_reach = 256u64 << 10;
         let mut reach = 64u64 << 20;
         loop {
-            let r = self.compact_step(reach)?;
+            let (r, past_target) = self.step_toward_target(reach)?;
             total.bytes_after = r.bytes_after;
             total.pages_moved += r.pages_moved;
             total.done = r.done;
-            if r.done || (r.bytes_after >= r.bytes_before && reach <= 256 << 10) {
+            if past_target == 0 {
                 break;
             }
             if r.bytes_after >= r.bytes_before {
-                reach /= 2;
+                // Nothing given back: a step of shorter reach has a
+                // higher limit (at most halfway from the end to the
+                // target), with more room below it for what it moves.
+                reach = (reach / 2).min(past_target * ps / 2);
+                if reach < min_reach {
+                    break;
+                }
             }
         }
         // The WAL too: free segment files, and the open one if nothing
         // logged since is unreleased (the next record starts a small one).
         self.give_back_wal(0);
         Ok(total)
+    }
+
+    /// Checkpoints, folding every buffer, until no fold in rounds is left
+    /// half done (waiting, at most [`SNAPSHOT_WAIT`], for one the
+    /// background checkpointer runs: a checkpoint skips a CF another
+    /// thread folds). A repack of a half-folded CF would fold the rest
+    /// itself, in one piece, and need room for it besides the packed copy
+    /// (a repack without that room is skipped, leaving the trees as the
+    /// rounds packed them: 132 MiB instead of 116 in the peers benchmark).
+    fn finish_folds(self: &Arc<Self>) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            self.checkpoint_all()?;
+            let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
+            let half_done = cfs.iter().any(|cf| cf.current.load().fold.is_some());
+            if !half_done || start.elapsed() >= SNAPSHOT_WAIT {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// Moves `cf`'s trees below page `limit` as one commit (nothing if they
