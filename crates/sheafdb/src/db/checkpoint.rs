@@ -91,17 +91,51 @@ impl DbShared {
         cfs: Option<Vec<Arc<CfShared>>>,
         patience: Patience,
     ) -> Result<Vec<Arc<CfShared>>> {
-        let mut pass = match cfs {
-            None => self.fold_all(patience)?,
-            Some(cfs) => self.fold_rounds(cfs, patience)?,
+        let cfs = cfs.unwrap_or_else(|| self.registry.cfs.read().values().cloned().collect());
+        // What a fold that must happen has to cover: every version
+        // published when it was asked for.
+        let published: Vec<(Arc<CfShared>, Version)> = match patience {
+            Patience::Grow => (cfs.iter())
+                .map(|cf| (cf.clone(), cf.current.load().version))
+                .collect(),
+            Patience::WaitForSnapshots => Vec::new(),
         };
+        let mut pass = self.fold_rounds(cfs, patience)?;
         let mut deferred = std::mem::take(&mut pass.deferred);
-        while !pass.more.is_empty() {
+        let mut again = true;
+        loop {
+            while !pass.more.is_empty() {
+                self.checkpoint_including(Vec::new())?;
+                pass = self.fold_rounds(pass.more, patience)?;
+                deferred.append(&mut pass.deferred);
+            }
             self.checkpoint_including(Vec::new())?;
-            pass = self.fold_rounds(pass.more, patience)?;
-            deferred.append(&mut pass.deferred);
+            // One more pass, over: CFs deferred for pages that waited
+            // only for a checkpoint (free after this one; a CF whose
+            // pages a snapshot pins defers again, and the checkpointer
+            // retries it when the snapshot ends); and CFs whose fold in
+            // rounds, begun before this call (by another thread), covered
+            // only the versions published when it began.
+            let next: Vec<Arc<CfShared>> = std::mem::take(&mut deferred)
+                .into_iter()
+                .chain(behind(&published))
+                .collect();
+            if !again || next.is_empty() {
+                deferred = next
+                    .into_iter()
+                    .filter(|cf| !is_behind(cf, &published))
+                    .collect();
+                break;
+            }
+            again = false;
+            debug_assert!(pass.more.is_empty(), "rounds left before the second pass");
+            pass = self.fold_rounds(next, patience)?;
+            deferred = std::mem::take(&mut pass.deferred);
         }
-        self.checkpoint_including(Vec::new())?;
+        debug_assert!(
+            patience == Patience::WaitForSnapshots || deferred.is_empty(),
+            "a fold that must happen was deferred"
+        );
         self.shrink_if_worth_it()?;
         Ok(deferred)
     }
@@ -682,4 +716,25 @@ fn collect_cf_dirty(
         btree::collect_dirty(store, &root, &is_dirty, out)?;
     }
     Ok(())
+}
+
+/// The CFs of `published` whose trees do not hold every version published
+/// then (a fold in rounds that began earlier left the later ones in the
+/// buffer).
+fn behind(published: &[(Arc<CfShared>, Version)]) -> Vec<Arc<CfShared>> {
+    (published.iter())
+        .filter(|(cf, _)| is_behind(cf, published))
+        .map(|(cf, _)| cf.clone())
+        .collect()
+}
+
+/// True if `cf` is in `published` and its buffer still holds a commit of
+/// a version recorded there or older, or a fold in rounds is half done.
+fn is_behind(cf: &Arc<CfShared>, published: &[(Arc<CfShared>, Version)]) -> bool {
+    let Some((_, v)) = published.iter().find(|(c, _)| Arc::ptr_eq(c, cf)) else {
+        return false;
+    };
+    let cur = cf.current.load();
+    let old_commits = (cur.buffer.versions()).is_some_and(|(oldest, _)| oldest <= *v);
+    cf.check_live().is_ok() && (cur.fold.is_some() || old_commits)
 }

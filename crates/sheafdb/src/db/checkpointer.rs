@@ -231,6 +231,19 @@ impl DeferredFolds {
     }
 }
 
+impl DbShared {
+    /// True if a live CF other than those in `deferred` has a buffer at
+    /// its fold threshold: a request then concerns more than the folds
+    /// that wait for snapshots.
+    fn fold_due_beside(&self, deferred: &[(Arc<CfShared>, u64)]) -> bool {
+        let cfs = self.registry.cfs.read();
+        cfs.values().any(|cf| {
+            !deferred.iter().any(|(d, _)| Arc::ptr_eq(d, cf))
+                && cf.current.load().buffer.bytes() >= self.options.buffer_fold_bytes
+        })
+    }
+}
+
 /// The background checkpointer: runs a checkpoint when asked (WAL or dirty
 /// bytes over their trigger) or when the timer fires with work to do;
 /// retries deferred folds when snapshots release pages; gives the WAL's
@@ -249,6 +262,7 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
             return;
         };
         if shared.health.check_writable().is_err() {
+            deferred = DeferredFolds::default();
             continue;
         }
         let timer_due = last_run.elapsed() >= interval;
@@ -261,11 +275,16 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         // A failure poisons the database; writers will see it.
         // A buffer past its fold threshold asks again after every commit;
         // while its fold waits for snapshots, only released pages, the
-        // timer or the log and dirty triggers make another pass worth it.
+        // timer, the log and dirty triggers, another CF's buffer or the
+        // stall mark make another pass worth it.
         let waiting = !deferred.cfs.is_empty()
             && patience == Patience::WaitForSnapshots
             && !deferred.released_some();
-        let requested = requested && (!waiting || shared.ckpt.due(shared.wal().next_lsn()));
+        let requested = requested
+            && (!waiting
+                || shared.ckpt.due(shared.wal().next_lsn())
+                || shared.budget.over_stall_mark()
+                || shared.fold_due_beside(&deferred.cfs));
         let outcome = if requested || timer_work {
             last_run = Instant::now();
             shared.fold_and_checkpoint(None, patience)

@@ -23,8 +23,8 @@ use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
 use crate::txn::{
-    CfShared, CfVersion, Durability, FoldCarry, FoldProgress, WriteState, WriterGuard, WriterSlot,
-    ROUND_BATCH,
+    CfShared, CfVersion, Durability, FoldCarry, FoldMark, FoldProgress, WriteState, WriterGuard,
+    WriterSlot, ROUND_BATCH,
 };
 use crate::types::{CfId, Lsn, PageId, Version};
 
@@ -280,7 +280,7 @@ impl DbShared {
         if cf.check_live().is_err() || cf.current.load().buffer.entries() == 0 {
             return Ok(Fold::Done);
         }
-        let Some(_mark) = cf.begin_fold() else {
+        let Some(_mark) = self.fold_mark(cf, patience) else {
             return Ok(Fold::Busy); // another thread is folding this CF
         };
         // Loaded under the mark: no round of another thread is in flight.
@@ -352,6 +352,27 @@ impl DbShared {
             st.pages.rollback();
         }
         result.map(|()| if last { Fold::Done } else { Fold::Round })
+    }
+
+    /// The mark that makes this thread `cf`'s only folder. Another
+    /// thread's fold (the background checkpointer's) makes a patient
+    /// caller give up at once; a caller that must fold (`Patience::Grow`:
+    /// an explicit checkpoint, close, compaction, a stalled writer) waits
+    /// for it, at most [`FOLD_MARK_WAIT`]: otherwise `checkpoint()` could
+    /// return with the buffer unfolded, and compaction would repack a
+    /// half-folded CF (which needs room for the rest of the fold besides
+    /// the packed copy).
+    fn fold_mark<'c>(&self, cf: &'c CfShared, patience: Patience) -> Option<FoldMark<'c>> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(mark) = cf.begin_fold() {
+                return Some(mark);
+            }
+            if patience == Patience::WaitForSnapshots || start.elapsed() >= FOLD_MARK_WAIT {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Pages a fold round of `cf` may hold before it stops: the free space
@@ -740,6 +761,10 @@ pub(super) fn install_buffered(
 /// How long a fold made aside waits for a write transaction to finish
 /// before it gives up (and a later checkpoint tries again).
 const FOLD_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a fold that must happen waits for another thread's fold of
+/// the same CF to let go of it (see `DbShared::fold_mark`).
+const FOLD_MARK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a stalled writer whose fold pass freed nothing waits for
 /// another thread's fold before it goes on.
