@@ -46,6 +46,7 @@ use crate::pager::ranges::RangeSet;
 use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfShared, CfVersion};
 use crate::types::{CfId, Lsn, PageId, Version};
+use crate::wal::Retire;
 
 /// Where a checkpoint put the metadata blob, and the file length it
 /// records (the superblock repeats both).
@@ -240,8 +241,17 @@ impl DbShared {
     /// They hold nothing replay needs, so a failure to delete one costs
     /// only disk space and fails nothing.
     pub(crate) fn give_back_wal(&self, keep_bytes: u64) {
+        let retire = match keep_bytes {
+            0 => Retire::Large,
+            _ => Retire::No,
+        };
+        self.give_back_wal_with(keep_bytes, retire);
+    }
+
+    /// [`DbShared::give_back_wal`], choosing whether the open file goes.
+    pub(crate) fn give_back_wal_with(&self, keep_bytes: u64, retire: Retire) {
         if let Some(wal) = self.wal_if_open() {
-            let _ = wal.give_back(keep_bytes, keep_bytes == 0);
+            let _ = wal.give_back(keep_bytes, retire);
         }
     }
 

@@ -236,7 +236,7 @@ impl DbShared {
         };
         // Where the file could end if packed, with a little room for the
         // system's own pages and the allocation granularity.
-        let target = used + used / 512 + 16;
+        let target = used + used / 1024 + 16;
         let step = (max_bytes / ps).max(1);
         let limit = target.max(file.saturating_sub(step));
         if limit < file {
@@ -376,9 +376,10 @@ impl DbShared {
                 }
             }
         }
-        // The WAL too: free segment files, and the open one if nothing
-        // logged since is unreleased (the next record starts a small one).
-        self.give_back_wal(0);
+        // The WAL too: free segment files, and the open one, whatever its
+        // size, if nothing logged since is unreleased (the next record
+        // starts a small one).
+        self.give_back_wal_with(0, crate::wal::Retire::Any);
         Ok(total)
     }
 

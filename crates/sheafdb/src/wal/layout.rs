@@ -455,17 +455,19 @@ impl Layout {
 
     /// Closes the open use at the end of the log if the whole log is
     /// released (every record is in a checkpoint), nothing waits to be
-    /// written, and its file is larger than the first size: `give_back`
+    /// written, and its file is larger than the first size (or any size
+    /// with `small_too`: after a compaction): `give_back`
     /// may then delete that file too, and the next record starts a new
     /// use in a file of the first size (an idle log gives back its working
     /// size). The new use continues the chain exactly where this one
     /// stopped, as after a switch. Returns whether it closed one.
-    pub fn retire_open(&mut self) -> bool {
+    pub fn retire_open(&mut self, small_too: bool) -> bool {
         let Some(open) = self.open else {
             return false;
         };
         let released = self.released_lsn >= self.next_lsn && self.pending.is_empty();
-        if !released || self.slots[open.slot].bytes <= self.sizes.min_bytes {
+        let small = self.slots[open.slot].bytes <= self.sizes.min_bytes;
+        if !released || (small && !small_too) {
             return false;
         }
         let u = (self.slots[open.slot].holds.as_mut()).expect("the open use's slot holds it");
@@ -763,14 +765,17 @@ mod tests {
         let first = begins(&l.take_pending());
         assert!(first[0].1.segment_bytes > sizes.min_bytes);
         // Not released yet, or frames still pending: the open use stays.
-        assert!(!l.retire_open());
+        assert!(!l.retire_open(false));
         l.push(PreparedFrame::new(&[1u8; 10])).unwrap();
         l.release_before(l.next_lsn);
-        assert!(!l.retire_open(), "retired with a frame not yet written");
+        assert!(
+            !l.retire_open(false),
+            "retired with a frame not yet written"
+        );
         l.take_pending();
         let end = l.next_lsn;
-        assert!(l.retire_open());
-        assert!(!l.retire_open(), "retired twice");
+        assert!(l.retire_open(false));
+        assert!(!l.retire_open(false), "retired twice");
         assert_eq!(l.give_back(0).len(), 1);
         assert_eq!(l.slot_files(), 0);
         // The next record: a first-size file, a use starting at the end
@@ -781,8 +786,11 @@ mod tests {
         assert_eq!(h.segment_bytes, sizes.min_bytes);
         assert_eq!(h.start_lsn, end);
         assert_eq!(h.prev_salt, first[0].1.salt);
-        // A small open file is kept.
+        // A small open file is kept, unless asked (after a compaction).
         l.release_before(l.next_lsn);
-        assert!(!l.retire_open(), "retired a file of the first size");
+        assert!(!l.retire_open(false), "retired a file of the first size");
+        assert!(l.retire_open(true));
+        assert_eq!(l.give_back(0).len(), 1);
+        assert_eq!(l.slot_files(), 0);
     }
 }

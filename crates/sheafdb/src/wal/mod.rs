@@ -330,6 +330,19 @@ fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, opts: &WalOptions, fro
     }
 }
 
+/// Whether [`Wal::give_back`] also gives back the file the log appends
+/// to, once every record in it is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retire {
+    /// Never (the log is busy).
+    No,
+    /// If it is larger than the first size (an idle log, close).
+    Large,
+    /// Whatever its size (after a compaction, which makes the files as
+    /// small as they get; the next record starts a small file).
+    Any,
+}
+
 impl Wal {
     /// Appends one record to the in-process buffer; returns `(lsn, end)`
     /// where `end` is the LSN just past it. Does no I/O: the record reaches
@@ -429,17 +442,19 @@ impl Wal {
     /// `keep_bytes` of them remain, smallest first; never the file records
     /// are appended to. Runs like an I/O round (no lock held while files
     /// are deleted); if a round is running it does nothing this time.
-    /// Returns the bytes given back. With `idle`, a released log also
-    /// gives back its open file if it is larger than the first size
-    /// (`Layout::retire_open`): the next record starts a small one.
-    pub fn give_back(&self, keep_bytes: u64, idle: bool) -> Result<u64> {
+    /// Returns the bytes given back. With `retire`, a released log also
+    /// gives back its open file (`Layout::retire_open`): the next record
+    /// starts a small one.
+    pub fn give_back(&self, keep_bytes: u64, retire: Retire) -> Result<u64> {
         let mut st = self.state.lock();
         if st.io_in_progress || st.poisoned.is_some() || self.opts.read_only {
             return Ok(0);
         }
-        if idle {
-            st.layout.retire_open();
-        }
+        match retire {
+            Retire::No => false,
+            Retire::Large => st.layout.retire_open(false),
+            Retire::Any => st.layout.retire_open(true),
+        };
         let before = st.layout.slot_bytes();
         let gone = st.layout.give_back(keep_bytes);
         if gone.is_empty() {
