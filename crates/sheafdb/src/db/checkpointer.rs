@@ -218,12 +218,12 @@ impl DeferredFolds {
         (self.cfs.iter()).any(|(cf, pinned)| cf.alloc.lock().waiting_pages().0 < *pinned)
     }
 
-    /// True once folds have waited a whole checkpoint interval: the next
-    /// pass grows the file rather than wait longer (a snapshot held for
-    /// minutes must not keep the buffer, and the WAL behind it, from
-    /// being folded).
-    fn overdue(&self, interval: Duration) -> bool {
-        self.since.is_some_and(|t| t.elapsed() >= interval)
+    /// True once folds have waited `patience` (`Builder::fold_patience`):
+    /// the next pass grows the file rather than wait longer (a snapshot
+    /// held for minutes must not keep the buffer, and the WAL behind it,
+    /// from being folded, nor reads merging it).
+    fn overdue(&self, patience: Duration) -> bool {
+        self.since.is_some_and(|t| t.elapsed() >= patience)
     }
 
     fn take(&mut self) -> Vec<Arc<CfShared>> {
@@ -268,7 +268,8 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         let timer_due = last_run.elapsed() >= interval;
         let timer_work = timer_due
             && (shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0 || shared.budget.used() > 0);
-        let patience = match deferred.overdue(interval) {
+        let wait = shared.options.fold_patience;
+        let patience = match wait.is_zero() || deferred.overdue(wait) {
             true => Patience::Grow,
             false => Patience::WaitForSnapshots,
         };

@@ -91,6 +91,9 @@ pub(crate) struct Options {
     /// Pending write bytes of one table past which a transaction applies
     /// them to the table's tree (`txn::SPILL_BYTES` by default).
     pub txn_spill_bytes: u64,
+    /// How long a background fold defers rounds that would grow the file
+    /// while freed pages wait for snapshots.
+    pub fold_patience: Duration,
 }
 
 impl Default for Options {
@@ -111,6 +114,7 @@ impl Default for Options {
             buffer_limit_bytes: 128 << 20,
             fold_round_pages: None,
             txn_spill_bytes: crate::txn::SPILL_BYTES,
+            fold_patience: Duration::from_secs(3),
         }
     }
 }
@@ -344,6 +348,17 @@ impl Builder {
     #[doc(hidden)]
     pub fn fold_round_pages(mut self, pages: u64) -> Self {
         self.options.fold_round_pages = Some(pages.max(1));
+        self
+    }
+
+    /// How long a background fold waits for snapshots before it grows the
+    /// file (design.md "Fold rounds", *Waiting for snapshots*; default
+    /// 3 s). While it waits, its buffered commits stay in memory and
+    /// reads merge them (range scans over a large buffer are slower);
+    /// longer keeps the file smaller beside long-lived readers, zero
+    /// never waits.
+    pub fn fold_patience(mut self, wait: Duration) -> Self {
+        self.options.fold_patience = wait;
         self
     }
 
