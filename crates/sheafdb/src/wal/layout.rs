@@ -540,11 +540,16 @@ mod tests {
     const SEG: u64 = 3 * HEADER_BLOCK_BYTES; // 8 KiB of data per use
 
     fn fresh() -> Layout {
+        empty(SegmentSizes {
+            min_bytes: SEG,
+            max_bytes: SEG,
+        })
+    }
+
+    /// A new log with no file, whose files are sized by `sizes`.
+    fn empty(sizes: SegmentSizes) -> Layout {
         Layout::resume(
-            SegmentSizes {
-                min_bytes: SEG,
-                max_bytes: SEG,
-            },
+            sizes,
             Resume {
                 slots: Vec::new(),
                 next_lsn: FIRST_LSN,
@@ -679,18 +684,7 @@ mod tests {
             min_bytes: 3 * HEADER_BLOCK_BYTES,
             max_bytes: 64 * HEADER_BLOCK_BYTES,
         };
-        let mut l = Layout::resume(
-            sizes,
-            Resume {
-                slots: Vec::new(),
-                next_lsn: FIRST_LSN,
-                released_lsn: Lsn(0),
-                next_seq: 1,
-                prev_salt: 0,
-                db_id: 0,
-                generation: 0,
-            },
-        );
+        let mut l = empty(sizes);
         let payload = vec![5u8; 6000];
         for _ in 0..40 {
             l.push(PreparedFrame::new(&payload)).unwrap();
@@ -748,18 +742,7 @@ mod tests {
             min_bytes: 2 * HEADER_BLOCK_BYTES,
             max_bytes: 64 * HEADER_BLOCK_BYTES,
         };
-        let mut l = Layout::resume(
-            sizes,
-            Resume {
-                slots: Vec::new(),
-                next_lsn: FIRST_LSN,
-                released_lsn: Lsn(0),
-                next_seq: 1,
-                prev_salt: 0,
-                db_id: 0,
-                generation: 0,
-            },
-        );
+        let mut l = empty(sizes);
         let big = vec![3u8; 20 * 4096];
         l.push(PreparedFrame::new(&big)).unwrap();
         let first = begins(&l.take_pending());
