@@ -210,7 +210,16 @@ impl DbShared {
             return Err(e);
         }
         debug_assert!(self.wal().synced_lsn() >= log_end, "O8: WAL not durable");
-        if descriptors.is_empty() && dropped.is_empty() && replay_lsn == sys.replay_lsn {
+        // Nothing to persist: no new superblock, unless compaction asks
+        // for the system tree and the blob below a limit (they may lie
+        // past it although no CF changed: a step that moved no CF page
+        // left them at the file's end, and every step after it too).
+        let relocating = self.ckpt.relocate_below.load(Ordering::Acquire) != 0;
+        if descriptors.is_empty()
+            && dropped.is_empty()
+            && replay_lsn == sys.replay_lsn
+            && !relocating
+        {
             self.give_back_wal(keep_wal_bytes);
             return Ok(());
         }
