@@ -6,10 +6,14 @@
 //! every CF allocator, the LSN the last checkpoint started at, the
 //! triggers, and the signal that wakes the `sheafdb-checkpoint` thread
 //! ([`checkpointer_loop`]). The checkpoint itself is `db::checkpoint`.
+//! The thread also keeps the folds it deferred to wait for snapshots
+//! (`DeferredFolds`, design.md "Fold rounds") and retries them when a
+//! snapshot releases pages, and gives an idle WAL's space back.
 //!
 //! Invariants: `sys` changes only under its lock, held for one whole
 //! checkpoint; the background thread holds only a weak handle, so it
-//! never keeps a dropped database alive, and exits on `shutdown`.
+//! never keeps a dropped database alive, and exits on `shutdown`; a fold
+//! waits for snapshots at most `Builder::fold_patience` (`overdue`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
