@@ -23,6 +23,23 @@ fn overwrite_round(db: &Database, round: u64, keys: u64) -> Result<()> {
     tx.commit()
 }
 
+/// A database on `vfs` whose WAL files start at 8 KiB and grow to 64
+/// KiB, checkpointed only explicitly or past `wal_trigger` bytes of log,
+/// after 12 overwrite rounds of 60 keys: a log of several files.
+fn busy_small_wal(vfs: &sheafdb::storage::sim::SimVfs, name: &str, wal_trigger: u64) -> Database {
+    let db = common::builder()
+        .background_checkpoints(false)
+        .wal_segment_bytes(64 << 10)
+        .wal_first_segment_bytes(8 << 10)
+        .checkpoint_triggers(wal_trigger, 1 << 30, 1 << 30)
+        .create_with_vfs(Arc::new(vfs.clone()), name)
+        .unwrap();
+    for round in 0..12u64 {
+        overwrite_round(&db, round, 60).unwrap();
+    }
+    db
+}
+
 #[test]
 fn overwriting_10k_keys_100_times_keeps_the_file_size() -> Result<()> {
     let db = common::builder().create_with_vfs(Arc::new(MemVfs::new()), "s.sheaf")?;
@@ -282,19 +299,7 @@ fn the_wal_starts_small_grows_and_gives_space_back() -> Result<()> {
 #[test]
 fn a_crash_while_the_wal_gives_files_back_loses_nothing() {
     use sheafdb::storage::sim::{Fault, SimVfs};
-    let build = |vfs: &SimVfs| -> Database {
-        let db = common::builder()
-            .background_checkpoints(false)
-            .wal_segment_bytes(64 << 10)
-            .wal_first_segment_bytes(8 << 10)
-            .checkpoint_triggers(16 << 10, 1 << 30, 1 << 30)
-            .create_with_vfs(Arc::new(vfs.clone()), "g.sheaf")
-            .unwrap();
-        for round in 0..12u64 {
-            overwrite_round(&db, round, 60).unwrap();
-        }
-        db
-    };
+    let build = |vfs: &SimVfs| busy_small_wal(vfs, "g.sheaf", 16 << 10);
     let check_round = |db: &Database, round: u8, what: &str| {
         let rx = db.begin_read().unwrap();
         let t = rx.open_table(T).unwrap();
@@ -367,16 +372,7 @@ fn commits_after_a_retired_wal_file_survive_a_power_cut() {
     use sheafdb::storage::sim::SimVfs;
     for seed in 0..40u64 {
         let vfs = SimVfs::new();
-        let db = common::builder()
-            .background_checkpoints(false)
-            .wal_segment_bytes(64 << 10)
-            .wal_first_segment_bytes(8 << 10)
-            .checkpoint_triggers(1 << 30, 1 << 30, 1 << 30)
-            .create_with_vfs(Arc::new(vfs.clone()), "r.sheaf")
-            .unwrap();
-        for round in 0..12u64 {
-            overwrite_round(&db, round, 60).unwrap();
-        }
+        let db = busy_small_wal(&vfs, "r.sheaf", 1 << 30);
         db.checkpoint().unwrap();
         db.checkpoint().unwrap(); // idle: retires the open file
         let wal = |vfs: &SimVfs| {

@@ -117,20 +117,14 @@ impl DbShared {
             // retries it when the snapshot ends); and CFs whose fold in
             // rounds, begun before this call (by another thread), covered
             // only the versions published when it began.
-            let next: Vec<Arc<CfShared>> = std::mem::take(&mut deferred)
-                .into_iter()
-                .chain(behind(&published))
-                .collect();
-            if !again || next.is_empty() {
-                deferred = next
-                    .into_iter()
-                    .filter(|cf| !is_behind(cf, &published))
-                    .collect();
+            let behind = behind(&published);
+            if !again || (deferred.is_empty() && behind.is_empty()) {
                 break;
             }
             again = false;
             debug_assert!(pass.more.is_empty(), "rounds left before the second pass");
-            pass = self.fold_rounds(next, patience)?;
+            let next = std::mem::take(&mut deferred).into_iter().chain(behind);
+            pass = self.fold_rounds(next.collect(), patience)?;
             deferred = std::mem::take(&mut pass.deferred);
         }
         debug_assert!(
@@ -737,23 +731,18 @@ fn collect_cf_dirty(
     Ok(())
 }
 
-/// The CFs of `published` whose trees do not hold every version published
-/// then (a fold in rounds that began earlier left the later ones in the
-/// buffer).
+/// The CFs of `published` whose buffer still holds a commit of the
+/// version recorded there or an older one, or whose fold in rounds is
+/// half done (a fold that another thread began covers only the versions
+/// published when it began).
 fn behind(published: &[(Arc<CfShared>, Version)]) -> Vec<Arc<CfShared>> {
+    let is_behind = |cf: &CfShared, v: Version| {
+        let cur = cf.current.load();
+        let old_commits = (cur.buffer.versions()).is_some_and(|(oldest, _)| oldest <= v);
+        cf.check_live().is_ok() && (cur.fold.is_some() || old_commits)
+    };
     (published.iter())
-        .filter(|(cf, _)| is_behind(cf, published))
+        .filter(|(cf, v)| is_behind(cf, *v))
         .map(|(cf, _)| cf.clone())
         .collect()
-}
-
-/// True if `cf` is in `published` and its buffer still holds a commit of
-/// a version recorded there or older, or a fold in rounds is half done.
-fn is_behind(cf: &Arc<CfShared>, published: &[(Arc<CfShared>, Version)]) -> bool {
-    let Some((_, v)) = published.iter().find(|(c, _)| Arc::ptr_eq(c, cf)) else {
-        return false;
-    };
-    let cur = cf.current.load();
-    let old_commits = (cur.buffer.versions()).is_some_and(|(oldest, _)| oldest <= *v);
-    cf.check_live().is_ok() && (cur.fold.is_some() || old_commits)
 }

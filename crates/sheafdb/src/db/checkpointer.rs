@@ -258,11 +258,11 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
     loop {
         let Some(shared) = weak.upgrade() else { return };
         let interval = shared.options.checkpoint_interval;
-        let wait = match deferred.cfs.is_empty() {
+        let poll = match deferred.cfs.is_empty() {
             true => interval,
             false => DEFERRED_POLL.min(interval),
         };
-        let Some(requested) = shared.ckpt.wait_request(wait) else {
+        let Some(requested) = shared.ckpt.wait_request(poll) else {
             return;
         };
         if shared.health.check_writable().is_err() {
@@ -272,12 +272,11 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         let timer_due = last_run.elapsed() >= interval;
         let timer_work = timer_due
             && (shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0 || shared.budget.used() > 0);
-        let wait = shared.options.fold_patience;
-        let patience = match wait.is_zero() || deferred.overdue(wait) {
+        let bound = shared.options.fold_patience;
+        let patience = match bound.is_zero() || deferred.overdue(bound) {
             true => Patience::Grow,
             false => Patience::WaitForSnapshots,
         };
-        // A failure poisons the database; writers will see it.
         // A buffer past its fold threshold asks again after every commit;
         // while its fold waits for snapshots, only released pages, the
         // timer, the log and dirty triggers, another CF's buffer or the
@@ -290,6 +289,7 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
                 || shared.ckpt.due(shared.wal().next_lsn())
                 || shared.budget.over_stall_mark()
                 || shared.fold_due_beside(&deferred.cfs));
+        // A failure poisons the database; writers will see it.
         let outcome = if requested || timer_work {
             last_run = Instant::now();
             shared.fold_and_checkpoint(None, patience)
