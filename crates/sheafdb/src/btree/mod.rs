@@ -54,6 +54,7 @@ pub use dirty::collect_dirty;
 pub use mutate::{check_limits, insert, remove};
 #[cfg(test)]
 pub use mutate::{delete, drain_filter, pop_first, pop_last, put, retain};
+pub(crate) use node::key_prefix;
 #[cfg(test)]
 pub use node::max_key_len;
 pub use node::max_value_len;

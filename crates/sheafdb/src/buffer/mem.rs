@@ -19,6 +19,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering as CmpOrdering;
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crossbeam_skiplist::SkipMap;
 use super::filter::{hash, KeyFilter};
 use super::write_set::{self, WriteSet};
 use super::{above, below, Held, Slot};
+use crate::btree::key_prefix;
 use crate::types::{TableId, Version};
 
 /// Bytes charged per entry on top of its key and value (skip-list node,
@@ -45,14 +47,20 @@ enum Pos<'a> {
 }
 
 /// A map key as the skip list orders it: table, then key bytes, then
-/// version descending (stored as `u64::MAX - version`).
+/// version descending (stored as `u64::MAX - version`). The key's first
+/// eight bytes (big-endian, [`key_prefix`]) are compared before the key:
+/// they order keys the same way where they differ, and sit in the skip
+/// list's node, so most comparisons of a seek never touch the key's bytes
+/// on the heap (one cache miss fewer per node visited).
 trait KeyView {
-    fn view(&self) -> (TableId, Pos<'_>, u64);
+    fn view(&self) -> (TableId, u64, Pos<'_>, u64);
 }
 
 #[derive(Debug)]
 struct BufKey {
     table: TableId,
+    /// `key_prefix(&key)`.
+    prefix: u64,
     key: Arc<[u8]>,
     /// `u64::MAX - version`: newer versions sort first.
     rev: u64,
@@ -62,24 +70,35 @@ impl BufKey {
     fn version(&self) -> Version {
         Version(u64::MAX - self.rev)
     }
+
+    /// True if `other` is a version of the same key (of any table): the
+    /// prefixes first, so most different keys are told apart without
+    /// reading their bytes.
+    #[inline]
+    fn same_key(&self, other: &BufKey) -> bool {
+        self.prefix == other.prefix && *self.key == *other.key
+    }
 }
 
 /// A borrowed search key (no allocation per seek).
 struct Probe<'a> {
     table: TableId,
+    prefix: u64,
     pos: Pos<'a>,
     rev: u64,
 }
 
 impl KeyView for BufKey {
-    fn view(&self) -> (TableId, Pos<'_>, u64) {
-        (self.table, Pos::Key(&self.key), self.rev)
+    #[inline]
+    fn view(&self) -> (TableId, u64, Pos<'_>, u64) {
+        (self.table, self.prefix, Pos::Key(&self.key), self.rev)
     }
 }
 
 impl KeyView for Probe<'_> {
-    fn view(&self) -> (TableId, Pos<'_>, u64) {
-        (self.table, self.pos, self.rev)
+    #[inline]
+    fn view(&self) -> (TableId, u64, Pos<'_>, u64) {
+        (self.table, self.prefix, self.pos, self.rev)
     }
 }
 
@@ -124,7 +143,18 @@ impl Ord for BufKey {
 }
 
 fn probe(table: TableId, pos: Pos<'_>, rev: u64) -> Probe<'_> {
-    Probe { table, pos, rev }
+    let prefix = match pos {
+        Pos::Key(k) => key_prefix(k),
+        // Past every key: its prefix is the largest, and `End` sorts after
+        // a key of the same prefix.
+        Pos::End => u64::MAX,
+    };
+    Probe {
+        table,
+        prefix,
+        pos,
+        rev,
+    }
 }
 
 /// One write buffer of a CF.
@@ -187,6 +217,7 @@ impl MemBuffer {
         self.filter.add(hash(table, &key));
         let k = BufKey {
             table,
+            prefix: key_prefix(&key),
             key,
             rev: u64::MAX - version.0,
         };
@@ -255,46 +286,98 @@ impl MemBuffer {
         at: Version,
         back: bool,
     ) -> Option<(Held, Slot)> {
+        let mut first = None;
+        self.visible(table, (lo, hi), at, back, |k, s| {
+            first = Some((Held::Shared(k.clone()), s.clone()));
+            false
+        });
+        first
+    }
+
+    /// Up to `max` keys of `table` within `(lo, hi)` with a version `≤ at`,
+    /// in order from the front (`back == false`) or the back, each with
+    /// its newest such slot, appended to `out`. True if the range holds no
+    /// more than those (`out` got fewer than `max`, or exactly the last).
+    /// What a walk takes in one seek instead of seeking once per key.
+    pub fn seek_run(
+        &self,
+        table: TableId,
+        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
+        (at, back): (Version, bool),
+        max: usize,
+        out: &mut VecDeque<(Held, Slot)>,
+    ) -> bool {
+        debug_assert!(max > 0, "a run of no keys");
+        let mut taken = 0;
+        self.visible(table, (lo, hi), at, back, |k, s| {
+            if taken == max {
+                return false;
+            }
+            out.push_back((Held::Shared(k.clone()), s.clone()));
+            taken += 1;
+            true
+        })
+    }
+
+    /// Calls `visit` with each key of `table` within `(lo, hi)` that has a
+    /// version `≤ at`, and its newest such slot, in order from the front or
+    /// the back, until `visit` returns false. True if the range ran out
+    /// first.
+    fn visible(
+        &self,
+        table: TableId,
+        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
+        at: Version,
+        back: bool,
+        visit: impl FnMut(&Arc<[u8]>, &Slot) -> bool,
+    ) -> bool {
         if back {
-            self.seek_back(table, lo, hi, at)
+            self.visible_back(table, (lo, hi), at, visit)
         } else {
-            self.seek_front(table, lo, hi, at)
+            self.visible_front(table, (lo, hi), at, visit)
         }
     }
 
-    fn seek_front(
+    fn visible_front(
         &self,
         table: TableId,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
+        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
         at: Version,
-    ) -> Option<(Held, Slot)> {
+        mut visit: impl FnMut(&Arc<[u8]>, &Slot) -> bool,
+    ) -> bool {
         let start = match lo {
             Bound::Included(k) => Bound::Included(probe(table, Pos::Key(k), 0)),
             Bound::Excluded(k) => Bound::Excluded(probe(table, Pos::Key(k), u64::MAX)),
             Bound::Unbounded => Bound::Included(probe(table, Pos::Key(&[]), 0)),
         };
         let mut cur = self.map.lower_bound(as_dyn(&start));
+        // A key's versions come newest first: the first visible one is its
+        // newest `≤ at`, the rest of the key is skipped.
+        let mut last: Option<MapEntry<'_>> = None;
         while let Some(e) = cur {
             let k = e.key();
             if k.table != table || above(&k.key, hi) {
-                return None;
+                return true;
             }
-            if k.version() <= at {
-                return Some((Held::Shared(k.key.clone()), e.value().clone()));
+            let seen = last.as_ref().is_some_and(|l| l.key().same_key(k));
+            if !seen && k.version() <= at {
+                if !visit(&k.key, e.value()) {
+                    return false;
+                }
+                last = Some(e.clone());
             }
             cur = e.next();
         }
-        None
+        true
     }
 
-    fn seek_back(
+    fn visible_back(
         &self,
         table: TableId,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
+        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
         at: Version,
-    ) -> Option<(Held, Slot)> {
+        mut visit: impl FnMut(&Arc<[u8]>, &Slot) -> bool,
+    ) -> bool {
         let start = match hi {
             Bound::Included(k) => Bound::Included(probe(table, Pos::Key(k), u64::MAX)),
             Bound::Excluded(k) => Bound::Excluded(probe(table, Pos::Key(k), 0)),
@@ -309,15 +392,17 @@ impl MemBuffer {
             if k.table != table || below(&k.key, lo) {
                 break;
             }
-            if best.as_ref().is_some_and(|b| *b.key().key != *k.key) {
-                break;
+            if let Some(b) = best.take_if(|b| !b.key().same_key(k)) {
+                if !visit(&b.key().key, b.value()) {
+                    return false;
+                }
             }
             if k.version() <= at {
                 best = Some(e.clone());
             }
             cur = e.prev();
         }
-        best.map(|e| (Held::Shared(e.key().key.clone()), e.value().clone()))
+        best.is_none_or(|b| visit(&b.key().key, b.value()))
     }
 
     /// Every entry newer than `after`, in version order (keys in order

@@ -16,6 +16,7 @@
 //! Must not know: what the layers are made of beyond [`Layer`].
 
 use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::ops::Bound;
 
 use super::mem::MemBuffer;
@@ -117,16 +118,46 @@ impl Layer for BufferLayer<'_> {
 
 /// A buffer's walk at a snapshot version, kept between steps. What a
 /// buffer shows at a version never changes (later entries are invisible
-/// there), so the entry each end found stays the answer until the window
-/// moves past it: one skip-list seek per entry handed out, not per step.
+/// there), so the entries each end found stay the answer until the window
+/// moves past them. Each end takes a run of entries per skip-list seek
+/// ([`MemBuffer::seek_run`]): two at first, doubling up to
+/// [`BufferWalk::MAX_RUN`], so a short range seeks about once and a long
+/// scan seeks once per 64 entries, not once per entry.
 #[derive(Debug, Default)]
 pub struct BufferWalk {
-    /// Per end: `None` to seek, `Some(None)` nothing left on that side.
-    front: Option<Option<Candidate>>,
-    back: Option<Option<Candidate>>,
+    front: WalkEnd,
+    back: WalkEnd,
+}
+
+/// One end of a [`BufferWalk`]: the entries found and not yet passed.
+#[derive(Debug, Default)]
+struct WalkEnd {
+    found: VecDeque<(Held, Slot)>,
+    /// Nothing lies beyond `found` on this side.
+    ended: bool,
+    /// Entries taken by the last seek (0: none yet).
+    run: usize,
+}
+
+impl WalkEnd {
+    /// Seeks the next run from the window's edge on this side.
+    fn refill(&mut self, layer: &BufferLayer<'_>, w: &Window, back: bool) {
+        debug_assert!(self.found.is_empty() && !self.ended);
+        self.run = (self.run * 2).clamp(2, BufferWalk::MAX_RUN);
+        self.ended = layer.buf.seek_run(
+            layer.table,
+            (w.lo(), w.hi()),
+            (layer.at, back),
+            self.run,
+            &mut self.found,
+        );
+    }
 }
 
 impl BufferWalk {
+    /// The most entries one seek takes.
+    pub const MAX_RUN: usize = 64;
+
     /// This walk as a layer over `buf`'s `table` at version `at`.
     pub fn with<'a>(
         &'a mut self,
@@ -149,30 +180,33 @@ pub struct BufferWalkLayer<'a> {
 
 impl Layer for BufferWalkLayer<'_> {
     fn peek(&mut self, w: &Window, back: bool) -> Result<Option<Candidate>> {
-        let cached = if back {
+        let end = if back {
             &mut self.walk.back
         } else {
             &mut self.walk.front
         };
-        if let Some(Some((k, v))) = cached.as_ref() {
-            if w.contains(k) {
-                return Ok(Some((k.clone(), v.clone())));
+        loop {
+            if let Some((k, v)) = end.found.front() {
+                if w.contains(k) {
+                    return Ok(Some((k.clone(), shared(v.clone()))));
+                }
+                let beyond = if back {
+                    !above_lo(k, w)
+                } else {
+                    !below_hi(k, w)
+                };
+                if beyond {
+                    // The other end has passed it: nothing left on this side.
+                    return Ok(None);
+                }
+                end.found.pop_front(); // handed out from this end
+                continue;
             }
-            let beyond = if back {
-                !above_lo(k, w)
-            } else {
-                !below_hi(k, w)
-            };
-            if beyond {
-                // The other end has passed it: nothing left on this side.
+            if end.ended {
                 return Ok(None);
             }
-            *cached = None; // handed out from this end: seek the next
+            end.refill(&self.layer, w, back);
         }
-        if cached.is_none() {
-            *cached = Some(self.layer.peek(w, back)?);
-        }
-        Ok(cached.clone().flatten())
     }
 }
 

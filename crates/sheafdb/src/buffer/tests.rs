@@ -24,9 +24,16 @@ const T2: TableId = TableId(2);
 
 fn key(rng: &mut StdRng) -> Vec<u8> {
     // Few distinct keys of 0 to 2 bytes: plenty of collisions, the empty
-    // key, and prefixes of one another.
+    // key, and prefixes of one another. Some are stretched past the eight
+    // bytes the buffer compares first (with zeros or 0xff, then one more
+    // byte), so keys tie on those eight and differ only after them.
     let len = rng.gen_range(0..3);
-    (0..len).map(|_| rng.gen_range(0..4u8)).collect()
+    let mut k: Vec<u8> = (0..len).map(|_| rng.gen_range(0..4u8)).collect();
+    if rng.gen_bool(0.25) {
+        k.resize(8, if rng.gen_bool(0.5) { 0 } else { 0xff });
+        k.push(rng.gen_range(0..2u8));
+    }
+    k
 }
 
 fn slot(rng: &mut StdRng) -> Slot {
@@ -117,6 +124,20 @@ fn a_buffer_answers_points_and_seeks_like_its_history() {
                         } else {
                             visible.first()
                         };
+                        // A run of up to `max` keys from the same end.
+                        let max = rng.gen_range(1..5);
+                        let mut run = std::collections::VecDeque::new();
+                        let ended =
+                            buf.seek_run(t, (as_ref(&lo), as_ref(&hi)), (at, back), max, &mut run);
+                        let run: Vec<(Vec<u8>, Slot)> =
+                            run.into_iter().map(|(k, s)| (k.to_vec(), s)).collect();
+                        let mut want_run: Vec<_> = visible.clone();
+                        if back {
+                            want_run.reverse();
+                        }
+                        want_run.truncate(max);
+                        assert_eq!(run, want_run, "seed {seed} run of {max} back {back}");
+                        assert_eq!(ended, visible.len() <= max, "seed {seed} run end");
                         let got = buf
                             .seek(t, as_ref(&lo), as_ref(&hi), at, back)
                             .map(|(k, s)| (k.to_vec(), s));
