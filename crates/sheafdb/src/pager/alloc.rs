@@ -59,6 +59,14 @@ impl ExtentMap {
         self.free.pages()
     }
 
+    /// Of those, the pages below page `limit`.
+    pub fn free_pages_below(&self, limit: u64) -> u64 {
+        (self.free.iter())
+            .filter(|r| r.start.0 < limit)
+            .map(|r| r.end().min(limit) - r.start.0)
+            .sum()
+    }
+
     /// A map for a new file whose first `reserved` pages hold superblocks.
     pub fn new(reserved: u64) -> ExtentMap {
         ExtentMap {
@@ -173,14 +181,14 @@ impl ExtentMap {
 
     /// Gives `cf` a new extent of at least `min` and at most `max` pages
     /// from the free extents wholly below page `limit`: as much of the
-    /// largest one as fits ([`RangeSet::take_most_below`]).
+    /// lowest one that has `min` as it has ([`RangeSet::take_first_below`]).
     pub fn claim_most_below(
         &mut self,
         cf: CfId,
         (min, max): (u64, u64),
         limit: u64,
     ) -> Option<PageRange> {
-        let (start, pages) = self.free.take_most_below(min, max, limit)?;
+        let (start, pages) = self.free.take_first_below(min, max, limit)?;
         self.owned.insert(start, (pages, cf));
         debug_assert!(
             start + pages <= limit && pages >= min,
@@ -574,10 +582,18 @@ impl CfAllocator {
     /// around them); the caller returns them to the extent map's pool, so
     /// another CF may claim them (compaction packs every CF into the
     /// lowest space, not only its own).
-    pub fn give_free(&mut self, min_pages: u64, below: u64) -> Vec<PageRange> {
+    /// At most about `budget` pages are given: the lowest runs, until
+    /// their pages reach it.
+    pub fn give_free(&mut self, min_pages: u64, below: u64, budget: u64) -> Vec<PageRange> {
         self.drain_released();
+        let mut given = 0u64;
         let runs: Vec<PageRange> = (self.free.iter())
             .filter(|r| r.pages >= min_pages && r.end() <= below)
+            .take_while(|r| {
+                let more = given < budget;
+                given = given.saturating_add(r.pages);
+                more
+            })
             .collect();
         for r in &runs {
             let ok = self.free.remove(r.start.0, r.pages);
@@ -871,6 +887,37 @@ impl CfAllocator {
             "engine invariant: a claimed extent was free in cf {}",
             self.cf
         );
+        self.assert_invariants();
+        true
+    }
+
+    /// Makes sure at least `pages` of its free pages lie below `limit`,
+    /// claiming extents from the map's free runs below it (lowest first,
+    /// whatever their size) where its own are too few; false if the map
+    /// runs out first (what it claimed stays claimed). For the system
+    /// tree's pages, which need not be contiguous.
+    pub fn reserve_pages_below(&mut self, pages: u64, limit: u64, map: &Mutex<ExtentMap>) -> bool {
+        self.drain_released();
+        let mut have: u64 = (self.free.iter())
+            .filter(|r| r.start.0 < limit)
+            .map(|r| r.end().min(limit) - r.start.0)
+            .sum();
+        while have < pages {
+            let Some(ext) = map
+                .lock()
+                .claim_most_below(self.cf, (1, pages - have), limit)
+            else {
+                return false;
+            };
+            self.extents.push(ext);
+            let ok = self.free.insert(ext.start.0, ext.pages);
+            assert!(
+                ok,
+                "engine invariant: a claimed extent was free in cf {}",
+                self.cf
+            );
+            have += ext.pages;
+        }
         self.assert_invariants();
         true
     }
@@ -1335,6 +1382,32 @@ mod tests {
         assert_eq!(a.extents().len(), 10, "one extent per pooled run");
         assert!(a.alloc(1, &map).is_none(), "the pool is used up");
         assert_eq!(map.lock().extents_of(CfId(1)).len(), 10);
+    }
+
+    /// The system tree's room may come in runs of any size: reserving it
+    /// claims the lowest free runs below the limit until it has enough,
+    /// and says so when the runs below the limit are too few.
+    #[test]
+    fn pages_are_reserved_from_short_runs_below_a_limit() {
+        let map = Mutex::new(ExtentMap::new(2));
+        map.lock().claim(CfId(2), 98);
+        for start in [10u64, 20, 30, 90] {
+            map.lock().give_back(
+                CfId(2),
+                PageRange {
+                    start: PageId(start),
+                    pages: 3,
+                },
+            );
+        }
+        let mut sys = CfAllocator::new(CfId::SYSTEM, policy(), vec![], &[]).unwrap();
+        assert!(sys.reserve_pages_below(7, 50, &map));
+        assert_eq!(sys.free_set().pages(), 7, "{:?}", sys.free_set().to_vec());
+        assert!(sys.free_set().iter().all(|r| r.end() <= 50));
+        assert_eq!(sys.extents().len(), 3, "the three lowest runs");
+        assert!(!sys.reserve_pages_below(10, 50, &map), "only 9 below 50");
+        assert_eq!(map.lock().free_pages_below(50), 0);
+        assert_eq!(map.lock().free_pages(), 3, "the run at 90 stays");
     }
 
     #[test]

@@ -127,18 +127,18 @@ impl RangeSet {
         Some(start)
     }
 
-    /// Takes, from the range with the most pages below `limit`, at most
-    /// `max` pages from its start, if that range holds at least `min`
-    /// below `limit`. Returns the start and the pages taken. What a claim
-    /// under a compaction limit takes when no run of the size it wanted
-    /// is left: as much of one run as it can use, not `min` pages, so a
-    /// relocation does not cut the free space into one extent per page.
-    pub fn take_most_below(&mut self, min: u64, max: u64, limit: u64) -> Option<(u64, u64)> {
+    /// Takes, from the lowest range with at least `min` pages below
+    /// `limit`, as many of them as it has there, at most `max`, from its
+    /// start. Returns the start and the pages taken. What a claim under a
+    /// compaction limit takes when no run of the size it wanted is left:
+    /// as much of one run as it can use, not `min` pages, so a relocation
+    /// does not cut the free space into one extent per page; the lowest
+    /// such run, so what moves lands as low as it can.
+    pub fn take_first_below(&mut self, min: u64, max: u64, limit: u64) -> Option<(u64, u64)> {
         debug_assert!(0 < min && min <= max, "take {min}..={max} pages");
         let (start, room) = (self.map.range(..limit))
             .map(|(&s, &l)| (s, l.min(limit - s)))
-            .filter(|&(_, room)| room >= min)
-            .max_by_key(|&(s, room)| (room, std::cmp::Reverse(s)))?;
+            .find(|&(_, room)| room >= min)?;
         let pages = room.min(max);
         let removed = self.remove(start, pages);
         debug_assert!(removed && start + pages <= limit);
@@ -186,18 +186,18 @@ mod tests {
     }
 
     #[test]
-    fn taking_the_most_below_a_limit_prefers_the_largest_room() {
+    fn taking_the_first_below_a_limit_takes_what_the_run_has() {
         let mut set = RangeSet::new();
         assert!(set.insert(10, 3));
         assert!(set.insert(20, 6));
         assert!(set.insert(40, 50)); // only 10 pages of it below 50
-        assert_eq!(set.take_most_below(4, 100, 50), Some((40, 10)));
-        assert_eq!(set.take_most_below(1, 4, 50), Some((20, 4)));
-        assert_eq!(set.take_most_below(3, 3, 50), Some((10, 3)));
-        assert_eq!(set.take_most_below(3, 9, 50), None, "2 pages left at 24");
-        assert_eq!(set.take_most_below(1, 9, 50), Some((24, 2)));
+        assert_eq!(set.take_first_below(4, 100, 50), Some((20, 6)));
+        assert_eq!(set.take_first_below(1, 2, 50), Some((10, 2)));
+        assert_eq!(set.take_first_below(5, 100, 50), Some((40, 10)));
+        assert_eq!(set.take_first_below(2, 9, 50), None, "1 page left at 12");
+        assert_eq!(set.take_first_below(1, 9, 50), Some((12, 1)));
         assert_eq!(set.pages(), 40, "what lies past the limit stays");
-        assert_eq!(set.take_most_below(1, 9, 40), None);
+        assert_eq!(set.take_first_below(1, 9, 40), None);
     }
 
     #[test]
