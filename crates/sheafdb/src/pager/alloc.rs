@@ -61,10 +61,7 @@ impl ExtentMap {
 
     /// Of those, the pages below page `limit`.
     pub fn free_pages_below(&self, limit: u64) -> u64 {
-        (self.free.iter())
-            .filter(|r| r.start.0 < limit)
-            .map(|r| r.end().min(limit) - r.start.0)
-            .sum()
+        self.free.pages_below(limit)
     }
 
     /// A map for a new file whose first `reserved` pages hold superblocks.
@@ -880,6 +877,14 @@ impl CfAllocator {
         let Some(ext) = map.lock().claim_below(self.cf, pages, limit) else {
             return false;
         };
+        self.adopt(ext);
+        self.assert_invariants();
+        true
+    }
+
+    /// Takes `ext`, just claimed from the extent map, as one of its
+    /// extents, all free.
+    fn adopt(&mut self, ext: PageRange) {
         self.extents.push(ext);
         let ok = self.free.insert(ext.start.0, ext.pages);
         assert!(
@@ -887,8 +892,6 @@ impl CfAllocator {
             "engine invariant: a claimed extent was free in cf {}",
             self.cf
         );
-        self.assert_invariants();
-        true
     }
 
     /// Makes sure at least `pages` of its free pages lie below `limit`,
@@ -898,10 +901,7 @@ impl CfAllocator {
     /// tree's pages, which need not be contiguous.
     pub fn reserve_pages_below(&mut self, pages: u64, limit: u64, map: &Mutex<ExtentMap>) -> bool {
         self.drain_released();
-        let mut have: u64 = (self.free.iter())
-            .filter(|r| r.start.0 < limit)
-            .map(|r| r.end().min(limit) - r.start.0)
-            .sum();
+        let mut have = self.free.pages_below(limit);
         while have < pages {
             let Some(ext) = map
                 .lock()
@@ -909,13 +909,7 @@ impl CfAllocator {
             else {
                 return false;
             };
-            self.extents.push(ext);
-            let ok = self.free.insert(ext.start.0, ext.pages);
-            assert!(
-                ok,
-                "engine invariant: a claimed extent was free in cf {}",
-                self.cf
-            );
+            self.adopt(ext);
             have += ext.pages;
         }
         self.assert_invariants();
@@ -978,8 +972,7 @@ impl CfAllocator {
                     .or_else(|| m.claim_most_below(self.cf, (n, want), l))?
             }
         };
-        self.extents.push(ext);
-        self.free.insert(ext.start.0, ext.pages);
+        self.adopt(ext);
         let s = self.take_free(n).expect("fresh extent fits the request");
         Some(PageId(s))
     }

@@ -127,6 +127,13 @@ impl RangeSet {
         Some(start)
     }
 
+    /// Pages of the set below page `limit`.
+    pub fn pages_below(&self, limit: u64) -> u64 {
+        (self.map.range(..limit))
+            .map(|(&s, &l)| l.min(limit - s))
+            .sum()
+    }
+
     /// Takes, from the lowest range with at least `min` pages below
     /// `limit`, as many of them as it has there, at most `max`, from its
     /// start. Returns the start and the pages taken. What a claim under a
@@ -191,6 +198,8 @@ mod tests {
         assert!(set.insert(10, 3));
         assert!(set.insert(20, 6));
         assert!(set.insert(40, 50)); // only 10 pages of it below 50
+        assert_eq!(set.pages_below(50), 19);
+        assert_eq!(set.pages_below(21), 4, "a range cut by the limit");
         assert_eq!(set.take_first_below(4, 100, 50), Some((20, 6)));
         assert_eq!(set.take_first_below(1, 2, 50), Some((10, 2)));
         assert_eq!(set.take_first_below(5, 100, 50), Some((40, 10)));

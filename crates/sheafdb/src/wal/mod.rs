@@ -450,11 +450,9 @@ impl Wal {
         if st.io_in_progress || st.poisoned.is_some() || self.opts.read_only {
             return Ok(0);
         }
-        match retire {
-            Retire::No => false,
-            Retire::Large => st.layout.retire_open(false),
-            Retire::Any => st.layout.retire_open(true),
-        };
+        if retire != Retire::No {
+            st.layout.retire_open(retire == Retire::Any);
+        }
         let before = st.layout.slot_bytes();
         let gone = st.layout.give_back(keep_bytes);
         if gone.is_empty() {
