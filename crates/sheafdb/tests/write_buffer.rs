@@ -1323,19 +1323,24 @@ const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 /// Buffered commits of `n` new random keys (seeded by `seed`), 200 per
 /// transaction: each touches leaves all over the table.
 fn scatter_inserts(db: &Database, n: usize, seed: u64) -> Result<usize> {
+    scatter_inserts_per_txn(db, n, seed, 200)
+}
+
+/// [`scatter_inserts`] with `per_txn` keys per transaction.
+fn scatter_inserts_per_txn(db: &Database, n: usize, seed: u64, per_txn: usize) -> Result<usize> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    for _ in 0..n.div_ceil(200) {
+    for _ in 0..n.div_ceil(per_txn) {
         let tx = db.begin_write()?;
         {
             let mut t = tx.open_table(KV)?;
-            for _ in 0..200 {
+            for _ in 0..per_txn {
                 t.insert(&rng.gen::<[u8; 24]>()[..], &[6u8; 150][..])?;
             }
         }
         tx.commit()?;
     }
-    Ok(n.div_ceil(200) * 200)
+    Ok(n.div_ceil(per_txn) * per_txn)
 }
 
 /// Polls until the write buffers are empty (every fold ended); false
@@ -1371,6 +1376,37 @@ fn a_fold_past_the_total_trigger_still_waits_for_snapshots() -> Result<()> {
     waits_for_snapshots(builder().buffer_memory(128 << 10, 64 << 20))
 }
 
+/// The same with the buffers past the stall mark (¾ of their limit) by
+/// one transaction, and no writer after it: the fold still waits. Before,
+/// the stall mark made the background fold grow the file at once: the
+/// peers benchmark's removal of half its keys (one transaction, 96 MiB
+/// buffered with the commits before it) took a new copy of the table
+/// beside the backup that followed (187 → 365 MiB). Writers that begin
+/// at the stall mark still fold themselves, whatever it costs in space.
+#[test]
+fn a_fold_past_the_stall_mark_with_no_writer_waits_for_snapshots() -> Result<()> {
+    const N: usize = 30_000;
+    // One transaction of N/6 keys buffers 1.35 MB: past ¾ of 1.6 MB.
+    let limit = 1_600_000;
+    let vfs = MemVfs::new();
+    // The transaction's record must fit the WAL (else it writes trees).
+    let b = (builder().buffer_memory(128 << 10, limit))
+        .wal_record_max_bytes(4 << 20)
+        .wal_segment_bytes(8 << 20);
+    let db = loaded_with(b, &vfs, N, Duration::from_secs(600))?;
+    let loaded = db.stats()?.file_bytes;
+    let rx = db.begin_read()?;
+    let added = scatter_inserts_per_txn(&db, N / 6, 22, N / 6)?;
+    let buffered = db.memory_stats().buffered_bytes;
+    eprintln!("buffered {buffered} bytes (limit {limit})");
+    assert!(
+        buffered >= limit * 3 / 4 && buffered <= limit,
+        "the transaction buffered {buffered} bytes, under the stall mark of {}",
+        limit * 3 / 4
+    );
+    check_waits(db, rx, loaded, N, added)
+}
+
 fn waits_for_snapshots(b: sheafdb::Builder) -> Result<()> {
     const N: usize = 30_000;
     let vfs = MemVfs::new();
@@ -1378,6 +1414,19 @@ fn waits_for_snapshots(b: sheafdb::Builder) -> Result<()> {
     let loaded = db.stats()?.file_bytes;
     let rx = db.begin_read()?;
     let added = scatter_inserts(&db, N / 6, 22)?;
+    check_waits(db, rx, loaded, N, added)
+}
+
+/// With `rx` open over a table of `n` keys (`loaded` bytes of file) and
+/// `added` keys committed after it: the background fold waits for the
+/// reader without growing the file much, then ends once it is gone.
+fn check_waits(
+    db: Database,
+    rx: sheafdb::ReadTransaction,
+    loaded: u64,
+    n: usize,
+    added: usize,
+) -> Result<()> {
     // The commits asked the checkpointer to fold; its rounds meet the
     // reader's pinned pages and wait.
     thread::sleep(Duration::from_millis(600));
@@ -1395,7 +1444,7 @@ fn waits_for_snapshots(b: sheafdb::Builder) -> Result<()> {
         waiting <= loaded + loaded * 2 / 3,
         "the fold grew the file from {loaded} to {waiting} bytes beside a snapshot"
     );
-    assert_eq!(rx.open_table(KV)?.len()?, N as u64, "the snapshot moved");
+    assert_eq!(rx.open_table(KV)?.len()?, n as u64, "the snapshot moved");
     // The fold covers the commits published when its first round began;
     // once the reader is gone it resumes and ends, and those leave the
     // buffer (later ones stay for the next fold).
@@ -1418,7 +1467,7 @@ fn waits_for_snapshots(b: sheafdb::Builder) -> Result<()> {
         file / 4096 <= pages + pages / 4 + 128,
         "a {file}-byte file for {pages} pages in use"
     );
-    assert_eq!(db.begin_read()?.open_table(KV)?.len()?, (N + added) as u64);
+    assert_eq!(db.begin_read()?.open_table(KV)?.len()?, (n + added) as u64);
     db.check_integrity()?;
     Ok(())
 }

@@ -279,15 +279,15 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         };
         // A buffer past its fold threshold asks again after every commit;
         // while its fold waits for snapshots, only released pages, the
-        // timer, the log and dirty triggers, another CF's buffer or the
-        // stall mark make another pass worth it.
+        // timer, the log and dirty triggers or another CF's buffer make
+        // another pass worth it (not the stall mark: the fold would wait
+        // again; writers that begin there fold themselves).
         let waiting = !deferred.cfs.is_empty()
             && patience == Patience::WaitForSnapshots
             && !deferred.released_some();
         let requested = requested
             && (!waiting
                 || shared.ckpt.due(shared.wal().next_lsn())
-                || shared.budget.over_stall_mark()
                 || shared.fold_due_beside(&deferred.cfs));
         // A failure poisons the database; writers will see it.
         let outcome = if requested || timer_work {

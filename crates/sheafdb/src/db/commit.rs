@@ -381,9 +381,9 @@ impl DbShared {
     /// sixteenth of the CF's pages in use (at least 64): a round of what
     /// is free if that is at least a sixty-fourth of them (at least 256
     /// pages); else, with [`Patience::WaitForSnapshots`], `None` (defer)
-    /// if freed pages wait for snapshots or a checkpoint and no buffer is
-    /// at the stall mark (¾ of the buffer limit, where writers would fold
-    /// themselves); else the sixteenth, growing the file
+    /// if freed pages wait for snapshots or a checkpoint (even at the
+    /// buffers' stall mark, where writers fold themselves); else the
+    /// sixteenth, growing the file
     /// (so a fold takes at most about sixteen rounds).
     /// `Builder::fold_round_pages` (tests) fixes the size of every round,
     /// without margin, and keeps the rule for deferring.
@@ -416,8 +416,12 @@ impl DbShared {
         if avail >= smaller {
             return Some(avail);
         }
-        let wait =
-            patience == Patience::WaitForSnapshots && waiting > 0 && !self.budget.over_stall_mark();
+        // Waits even at the buffers' stall mark: a writer that begins
+        // there folds itself (`Patience::Grow`), so memory stays bounded.
+        // Growing the file first would only spare writers a stall that
+        // may never come, at the cost of a copy of every leaf the fold
+        // replaces while a snapshot (a backup) pins the old ones.
+        let wait = patience == Patience::WaitForSnapshots && waiting > 0;
         (!wait).then_some(full)
     }
 
