@@ -36,7 +36,8 @@ pub struct ExtentPolicy {
 }
 
 impl ExtentPolicy {
-    /// About 1 MiB first extents doubling up to 64 MiB.
+    /// About 1 MiB first extents doubling up to 64 MiB (and at most an
+    /// eighth of what the CF owns, `CfAllocator::next_extent_pages`).
     pub fn for_page_size(page_size: usize) -> ExtentPolicy {
         ExtentPolicy {
             first_pages: ((1 << 20) / page_size as u64).max(4),
@@ -977,11 +978,23 @@ impl CfAllocator {
         Some(PageId(s))
     }
 
+    /// The size of the next extent: double the last one, but at most an
+    /// eighth of what the CF owns (and at least the first extent's size,
+    /// at most the policy's largest). Growth by a fixed large step left a
+    /// large CF up to 64 MiB of unused extent past its pages (a fold round
+    /// that needed a few pages more grew a 187 MiB file to 251); an eighth
+    /// also keeps a fresh extent's free tail under what
+    /// `DbShared::shrink_if_worth_it` cuts, so the file does not flap
+    /// between a cut and a regrowth.
     fn next_extent_pages(&self) -> u64 {
-        match self.extents.last() {
-            None => self.policy.first_pages,
-            Some(last) => (last.pages * 2).clamp(self.policy.first_pages, self.policy.max_pages),
-        }
+        let Some(last) = self.extents.last() else {
+            return self.policy.first_pages;
+        };
+        let owned: u64 = self.extents.iter().map(|e| e.pages).sum();
+        let share = (owned / 8).max(self.policy.first_pages);
+        (last.pages * 2)
+            .min(share)
+            .clamp(self.policy.first_pages, self.policy.max_pages)
     }
 
     /// Returns a run of the transaction in flight that no snapshot saw.
@@ -1175,9 +1188,39 @@ mod tests {
             a.alloc(1, &map).unwrap();
         }
         let sizes: Vec<u64> = a.extents().iter().map(|e| e.pages).collect();
-        assert_eq!(&sizes[..4], &[4, 8, 16, 16]);
         assert!(sizes.iter().all(|&s| s <= 16));
         assert_eq!(sizes.iter().sum::<u64>() - 100, a.free_set().pages());
+        // Each extent at most doubles the last and at most an eighth of
+        // what was owned before it (at least the first size).
+        let mut owned = 0;
+        for w in sizes.windows(2) {
+            owned += w[0];
+            assert!(w[1] <= 2 * w[0], "{sizes:?}: more than doubled");
+            assert!(w[1] <= (owned / 8).max(4), "{sizes:?}: over an eighth");
+        }
+    }
+
+    /// A large CF grows by an eighth of what it owns, not by the policy's
+    /// largest step: the file ends at most that far past its pages.
+    #[test]
+    fn a_large_cf_grows_by_an_eighth_of_what_it_owns() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let policy = ExtentPolicy {
+            first_pages: 4,
+            max_pages: 4096,
+        };
+        let mut a = CfAllocator::new(CfId(1), policy, vec![], &[]).unwrap();
+        for _ in 0..10_000 {
+            a.alloc(1, &map).unwrap();
+        }
+        let sizes: Vec<u64> = a.extents().iter().map(|e| e.pages).collect();
+        let owned: u64 = sizes.iter().sum();
+        assert!(
+            owned <= 10_000 + 10_000 / 8 + 4,
+            "{owned} pages owned for 10,000 used: {sizes:?}"
+        );
+        // The doubling alone would have claimed 4 + 8 + ... + 8192.
+        assert!(sizes.iter().all(|&s| s < 2048), "{sizes:?}");
     }
 
     #[test]
