@@ -1,0 +1,152 @@
+//! How the file grows through the write phases of `sheaf-bench peers`
+//! and a removal of half the keys followed by an online backup (issue 14,
+//! design.md "Fold rounds" and "Column families"). Prints the data file
+//! and WAL sizes after each phase; it is not a test.
+//!
+//! Run: `cargo run --release --example removal_space [-- PHASES [DIR]]`
+//!
+//! Loads 1,000,000 pairs (24-byte pseudo-random keys, 150-byte values) in
+//! one durable transaction. `PHASES` (default `sbn`) picks what follows,
+//! in this order: `s` 1,000 durable single-insert transactions, `b` 100
+//! durable transactions of 1,000 inserts, `n` 50,000 no-sync single
+//! inserts, `r` 2,000,000 point reads with a snapshot each. Then every
+//! second loaded key is removed in one durable transaction and a backup
+//! is taken (its snapshot is held while the background checkpointer
+//! folds the removal), printing sizes every 150 ms meanwhile, then once
+//! a second for 3 s, then after an explicit checkpoint. The database
+//! lives in `DIR` (default: a new directory under the system temp dir),
+//! removed at the end.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sheafdb::{Database, Durability, Result, TableDefinition};
+
+const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv0");
+const LOAD: u64 = 1_000_000;
+const VALUE: [u8; 150] = [7; 150];
+
+/// A pseudo-random 24-byte key, unique per `i`.
+fn key(i: u64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
+    k[8..16].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+/// (data file, WAL files) in MiB: the WAL's segment files are named after
+/// the data file.
+fn sizes(dir: &Path) -> (u64, u64) {
+    let (mut data, mut wal) = (0, 0);
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let len = e.metadata().map_or(0, |m| m.len());
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == "db.sheaf" {
+            data += len;
+        } else if name.starts_with("db.sheaf") {
+            wal += len; // not the backup's files
+        }
+    }
+    (data >> 20, wal >> 20)
+}
+
+fn report(dir: &Path, what: &str) {
+    let (data, wal) = sizes(dir);
+    println!("{what:<28} data file {data:>4} MiB, WAL {wal:>3} MiB");
+}
+
+/// Commits `n` new keys from `*next` on, `per_txn` to a transaction.
+fn insert(db: &Database, next: &mut u64, n: u64, per_txn: u64, d: Durability) -> Result<()> {
+    for _ in 0..n / per_txn {
+        let mut tx = db.begin_write()?;
+        tx.set_durability(d);
+        {
+            let mut t = tx.open_table(T)?;
+            for _ in 0..per_txn {
+                t.insert(&key(*next)[..], &VALUE[..])?;
+                *next += 1;
+            }
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let phases = args.next().unwrap_or_else(|| "sbn".into());
+    let dir = match args.next() {
+        Some(d) => PathBuf::from(d),
+        None => std::env::temp_dir().join(format!("sheaf-removal-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let result = run(&dir, &phases);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run(dir: &Path, phases: &str) -> Result<()> {
+    let db = Database::create(dir.join("db.sheaf"))?;
+    let mut next = 0;
+    insert(&db, &mut next, LOAD, LOAD, Durability::Immediate)?;
+    report(dir, "after the load");
+    if phases.contains('s') {
+        insert(&db, &mut next, 1_000, 1, Durability::Immediate)?;
+        report(dir, "after durable singles");
+    }
+    if phases.contains('b') {
+        insert(&db, &mut next, 100_000, 1_000, Durability::Immediate)?;
+        report(dir, "after durable batches");
+    }
+    if phases.contains('n') {
+        insert(&db, &mut next, 50_000, 1, Durability::None)?;
+        report(dir, "after no-sync singles");
+    }
+    if phases.contains('r') {
+        let mut found = 0u64;
+        for i in 0..2_000_000u64 {
+            let rx = db.begin_read()?;
+            let t = rx.open_table(T)?;
+            found += u64::from(t.get(&key(i * 7_919 % LOAD)[..])?.is_some());
+        }
+        assert_eq!(found, 2_000_000, "a loaded key was missing");
+        report(dir, "after point reads");
+    }
+    let mut tx = db.begin_write()?;
+    tx.set_durability(Durability::Immediate);
+    {
+        let mut t = tx.open_table(T)?;
+        for i in (0..LOAD).step_by(2) {
+            t.remove(&key(i)[..])?;
+        }
+    }
+    tx.commit()?;
+    report(dir, "after the removal");
+    let backup = dir.join("backup.sheaf");
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<()> {
+        s.spawn(|| {
+            let start = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                let at = format!("  during backup {:>5} ms", start.elapsed().as_millis());
+                report(dir, &at);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        });
+        let r = db.backup_to(&backup);
+        done.store(true, Ordering::Relaxed);
+        r.map(drop)
+    })?;
+    std::fs::remove_file(&backup)?;
+    report(dir, "after the backup");
+    for s in 1..=3 {
+        std::thread::sleep(Duration::from_secs(1));
+        report(dir, &format!("  {s} s later"));
+    }
+    db.checkpoint()?;
+    report(dir, "after a checkpoint");
+    let rx = db.begin_read()?;
+    assert_eq!(rx.open_table(T)?.len()?, next - LOAD / 2);
+    Ok(())
+}
