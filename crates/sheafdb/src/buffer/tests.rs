@@ -387,6 +387,31 @@ fn write_set_bytes_and_drops() {
     assert!(!ws.is_empty());
 }
 
+/// `TableWrites::sorted` lists each written key once, with its last
+/// write, in byte order (keys that tie on their first eight bytes
+/// included), as a model map does.
+#[test]
+fn a_write_sets_sorted_view_matches_a_model() {
+    for seed in 0..200u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut ws = WriteSet::new();
+        let mut model: std::collections::BTreeMap<Vec<u8>, Slot> = Default::default();
+        for _ in 0..rng.gen_range(0..60) {
+            let (k, s) = (key(&mut rng), slot(&mut rng));
+            ws.record(T1, &k, s.clone(), model.contains_key(&k));
+            model.insert(k, s);
+        }
+        let got: Vec<(Vec<u8>, Slot)> = match ws.table(T1) {
+            Some(w) => (w.sorted().into_iter())
+                .map(|(k, s)| (k.to_vec(), s.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let want: Vec<(Vec<u8>, Slot)> = model.into_iter().collect();
+        assert_eq!(got, want, "seed {seed}");
+    }
+}
+
 /// Blind writes (WAL replay) leave the count change unknown until it is
 /// resolved against what existed before: the result is what tracked
 /// writes would have counted.
