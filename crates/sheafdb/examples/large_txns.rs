@@ -8,7 +8,7 @@
 //! Loads 1,000,000 pairs (24-byte pseudo-random keys, 150-byte values) in
 //! one transaction and closes the database, then reopens it (so the page
 //! cache starts cold, as after a restart) and times each phase. The
-//! database lives in `DIR` (default: a new directory under the system
+//! database lives in a new directory under `DIR` (default: the system
 //! temp dir), removed at the end.
 
 use std::path::{Path, PathBuf};
@@ -29,10 +29,10 @@ fn key(i: u64) -> [u8; 24] {
 }
 
 fn main() -> Result<()> {
-    let dir = match std::env::args().nth(1) {
-        Some(d) => PathBuf::from(d),
-        None => std::env::temp_dir().join(format!("sheaf-large-txns-{}", std::process::id())),
-    };
+    let parent = std::env::args()
+        .nth(1)
+        .map_or_else(std::env::temp_dir, PathBuf::from);
+    let dir = parent.join(format!("sheaf-large-txns-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = run(&dir);
     let _ = std::fs::remove_dir_all(&dir);

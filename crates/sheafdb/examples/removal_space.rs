@@ -15,7 +15,7 @@
 //! folds the removal), printing sizes every 150 ms meanwhile, then once
 //! a second for 3 s, then after an explicit checkpoint and after
 //! `compact()` (with its time and what it moved). The database
-//! lives in `DIR` (default: a new directory under the system temp dir),
+//! lives in a new directory under `DIR` (default: the system temp dir),
 //! removed at the end.
 
 use std::path::{Path, PathBuf};
@@ -77,10 +77,8 @@ fn insert(db: &Database, next: &mut u64, n: u64, per_txn: u64, d: Durability) ->
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let phases = args.next().unwrap_or_else(|| "sbn".into());
-    let dir = match args.next() {
-        Some(d) => PathBuf::from(d),
-        None => std::env::temp_dir().join(format!("sheaf-removal-{}", std::process::id())),
-    };
+    let parent = args.next().map_or_else(std::env::temp_dir, PathBuf::from);
+    let dir = parent.join(format!("sheaf-removal-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = run(&dir, &phases);
     let _ = std::fs::remove_dir_all(&dir);

@@ -400,7 +400,7 @@ impl DbShared {
         // A round stops after the batch that reaches its budget, and a
         // batch may copy two pages per key: the margin keeps that last
         // batch inside the free space, so a round that could fit in it
-        // never makes the CF take a new (doubled) extent.
+        // never makes the CF take a new extent.
         let margin = match fixed {
             Some(_) => 0,
             None => 2 * ROUND_BATCH as u64,
