@@ -1392,7 +1392,8 @@ fn a_fold_past_the_stall_mark_with_no_writer_waits_for_snapshots() -> Result<()>
     // The transaction's record must fit the WAL (else it writes trees).
     let b = (builder().buffer_memory(128 << 10, limit))
         .wal_record_max_bytes(4 << 20)
-        .wal_segment_bytes(8 << 20);
+        .wal_segment_bytes(8 << 20)
+        .fold_patience(PATIENT);
     let db = loaded_with(b, &vfs, N, Duration::from_secs(600))?;
     let loaded = db.stats()?.file_bytes;
     let rx = db.begin_read()?;
@@ -1407,10 +1408,15 @@ fn a_fold_past_the_stall_mark_with_no_writer_waits_for_snapshots() -> Result<()>
     check_waits(db, rx, loaded, N, added)
 }
 
+/// A fold patience no loaded machine outlasts while a test checks that
+/// a fold waits (the default, 3 s, could pass before its check on a slow
+/// CI machine, and the test would fail for the wrong reason).
+const PATIENT: Duration = Duration::from_secs(300);
+
 fn waits_for_snapshots(b: sheafdb::Builder) -> Result<()> {
     const N: usize = 30_000;
     let vfs = MemVfs::new();
-    let db = loaded_with(b, &vfs, N, Duration::from_secs(600))?;
+    let db = loaded_with(b.fold_patience(PATIENT), &vfs, N, Duration::from_secs(600))?;
     let loaded = db.stats()?.file_bytes;
     let rx = db.begin_read()?;
     let added = scatter_inserts(&db, N / 6, 22)?;
