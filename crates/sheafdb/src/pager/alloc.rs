@@ -581,12 +581,22 @@ impl CfAllocator {
     /// another CF may claim them (compaction packs every CF into the
     /// lowest space, not only its own).
     /// At most about `budget` pages are given: the lowest runs, until
-    /// their pages reach it.
+    /// their pages reach it. A run that crosses `below` gives its part
+    /// below it: a CF's free tail often starts under a compaction limit,
+    /// and is the only long run there when the rest of its free space is
+    /// splintered (without it, a system tree value of many pages found
+    /// no run below the limit, and compaction stopped at twice its
+    /// target: `a_many_page_cf_descriptor_does_not_keep_compaction_from_its_target`).
     pub fn give_free(&mut self, min_pages: u64, below: u64, budget: u64) -> Vec<PageRange> {
         self.drain_released();
         let mut given = 0u64;
         let runs: Vec<PageRange> = (self.free.iter())
-            .filter(|r| r.pages >= min_pages && r.end() <= below)
+            .filter(|r| r.start.0 < below)
+            .map(|r| PageRange {
+                start: r.start,
+                pages: r.pages.min(below - r.start.0),
+            })
+            .filter(|r| r.pages >= min_pages)
             .take_while(|r| {
                 let more = given < budget;
                 given = given.saturating_add(r.pages);
@@ -1423,6 +1433,35 @@ mod tests {
     /// The system tree's room may come in runs of any size: reserving it
     /// claims the lowest free runs below the limit until it has enough,
     /// and says so when the runs below the limit are too few.
+    /// A free run that crosses the limit gives its part below it (and
+    /// keeps the rest), so a CF's free tail starting under a compaction
+    /// limit can hold a system value of many pages.
+    #[test]
+    fn a_free_run_crossing_the_limit_gives_its_part_below_it() {
+        let ext = PageRange {
+            start: PageId(10),
+            pages: 100,
+        };
+        let free = [PageRange {
+            start: PageId(40),
+            pages: 70,
+        }];
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![ext], &free).unwrap();
+        let given = a.give_free(8, 60, u64::MAX);
+        assert_eq!(
+            given,
+            vec![PageRange {
+                start: PageId(40),
+                pages: 20
+            }]
+        );
+        assert_eq!(a.free_set().pages(), 50, "60..110 stays free");
+        assert!(a.free_set().iter().all(|r| r.start.0 >= 60));
+        assert!(!a.owns(PageId(40), 20) && a.owns(PageId(10), 30) && a.owns(PageId(60), 50));
+        // Under min_pages below the limit: nothing.
+        assert!(a.give_free(8, 64, u64::MAX).is_empty());
+    }
+
     #[test]
     fn pages_are_reserved_from_short_runs_below_a_limit() {
         let map = Mutex::new(ExtentMap::new(2));
