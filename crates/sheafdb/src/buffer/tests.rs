@@ -260,9 +260,7 @@ impl Stack {
             }
         }
         if let Some(w) = self.writes.table(T1).filter(|_| with_writes) {
-            for (k, s) in w.iter() {
-                apply(&mut m, k, s);
-            }
+            w.for_each_in_key_order(|k, s| apply(&mut m, k, s));
         }
         m
     }
@@ -387,7 +385,7 @@ fn write_set_bytes_and_drops() {
     assert!(!ws.is_empty());
 }
 
-/// `TableWrites::sorted` lists each written key once, with its last
+/// `TableWrites::for_each_in_key_order` gives each written key once, with its last
 /// write, in byte order (keys that tie on their first eight bytes
 /// included), as a model map does.
 #[test]
@@ -401,12 +399,10 @@ fn a_write_sets_sorted_view_matches_a_model() {
             ws.record(T1, &k, s.clone(), model.contains_key(&k));
             model.insert(k, s);
         }
-        let got: Vec<(Vec<u8>, Slot)> = match ws.table(T1) {
-            Some(w) => (w.sorted().into_iter())
-                .map(|(k, s)| (k.to_vec(), s.clone()))
-                .collect(),
-            None => Vec::new(),
-        };
+        let mut got: Vec<(Vec<u8>, Slot)> = Vec::new();
+        if let Some(w) = ws.table(T1) {
+            w.for_each_in_key_order(|k, s| got.push((k.to_vec(), s.clone())));
+        }
         let want: Vec<(Vec<u8>, Slot)> = model.into_iter().collect();
         assert_eq!(got, want, "seed {seed}");
     }

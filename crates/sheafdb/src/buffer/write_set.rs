@@ -74,18 +74,17 @@ impl PartialOrd for OrdKey {
     }
 }
 
+/// Byte order of two keys given with their [`prefix_of`]: one integer
+/// compare unless the first eight bytes tie.
+fn key_order(a: (u64, &[u8]), b: (u64, &[u8])) -> Ordering {
+    let ord = a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1));
+    debug_assert_eq!(ord, a.1.cmp(b.1), "prefix order differs from byte order");
+    ord
+}
+
 impl Ord for OrdKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        let ord = self
-            .prefix
-            .cmp(&other.prefix)
-            .then_with(|| self.key.cmp(&other.key));
-        debug_assert_eq!(
-            ord,
-            self.key.cmp(&other.key),
-            "prefix order differs from byte order"
-        );
-        ord
+        key_order((self.prefix, &self.key), (other.prefix, &other.key))
     }
 }
 
@@ -214,20 +213,20 @@ impl TableWrites {
         self.map.is_empty()
     }
 
-    /// The writes in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<[u8]>, &Slot)> {
-        self.map.iter().map(|w| (&w.key, &w.slot))
-    }
-
-    /// The writes in key order, borrowed (to insert them into a write
-    /// buffer: a skip list takes keys in order much faster than at random,
-    /// as each search retraces the last one's path through the cache).
-    pub fn sorted(&self) -> Vec<(&Arc<[u8]>, &Slot)> {
-        let mut v: Vec<(u64, &Arc<[u8]>, &Slot)> = (self.map.iter())
-            .map(|w| (prefix_of(&w.key), &w.key, &w.slot))
-            .collect();
-        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        v.into_iter().map(|(_, k, s)| (k, s)).collect()
+    /// Calls `f` with each write in key order (to insert them into a
+    /// write buffer: a skip list takes keys in order much faster than at
+    /// random, as each search retraces the last one's path through the
+    /// cache). A single write is passed as is, with no sort and no
+    /// allocation (a single-row commit).
+    pub fn for_each_in_key_order(&self, mut f: impl FnMut(&Arc<[u8]>, &Slot)) {
+        if self.map.len() <= 1 {
+            self.map.iter().for_each(|w| f(&w.key, &w.slot));
+            return;
+        }
+        let mut v: Vec<(u64, &Written)> =
+            (self.map.iter()).map(|w| (prefix_of(&w.key), w)).collect();
+        v.sort_unstable_by(|a, b| key_order((a.0, &a.1.key), (b.0, &b.1.key)));
+        v.into_iter().for_each(|(_, w)| f(&w.key, &w.slot));
     }
 
     /// The writes in key order, consuming them (to apply them).

@@ -728,15 +728,9 @@ pub(super) fn install_buffered(
         // In key order: a large commit's inserts retrace each other's
         // paths through the skip list (500,000 removes in random order
         // spent a third of the commit searching it).
-        if w.len() <= 1 {
-            for (key, value) in w.iter() {
-                base.buffer.insert(id, key.clone(), version, value.clone());
-            }
-        } else {
-            for (key, value) in w.sorted() {
-                base.buffer.insert(id, key.clone(), version, value.clone());
-            }
-        }
+        w.for_each_in_key_order(|key, value| {
+            base.buffer.insert(id, key.clone(), version, value.clone());
+        });
         let delta = w
             .delta()
             .expect("a buffered commit's count changes are resolved");
