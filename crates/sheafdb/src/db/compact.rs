@@ -347,12 +347,26 @@ impl DbShared {
     /// (the next checkpoint's blob records them).
     fn pool_system_free(&self, limit: u64) {
         let sys = self.ckpt.sys.lock();
+        // The allocator stays locked until the runs are in the pool.
         let mut a = sys.alloc.lock();
-        let runs = a.give_free(1, limit, u64::MAX);
-        let mut ext = self.space.extents.lock();
-        for r in runs {
-            ext.give_back(crate::types::CfId::SYSTEM, r);
-        }
+        self.pool_runs(crate::types::CfId::SYSTEM, a.give_free(1, limit, u64::MAX));
+    }
+
+    /// Returns `runs`, which `cf`'s allocator just gave up
+    /// ([`crate::pager::alloc::CfAllocator::give_free`]), to the extent
+    /// map's pool; their pages.
+    fn pool_runs(
+        &self,
+        cf: crate::types::CfId,
+        runs: Vec<crate::format::records::PageRange>,
+    ) -> u64 {
+        let mut extents = self.space.extents.lock();
+        (runs.into_iter())
+            .map(|r| {
+                extents.give_back(cf, r);
+                r.pages
+            })
+            .sum()
     }
 
     /// Pages of the system tree and of the metadata blob now.
@@ -382,16 +396,13 @@ impl DbShared {
             if left == 0 {
                 break;
             }
+            // Locked until the runs are in the pool, as in a cut.
             let mut a = cf.alloc.lock();
             let runs = a.give_free(min_pages, limit, left);
             if runs.is_empty() {
                 continue;
             }
-            let mut extents = self.space.extents.lock();
-            for r in runs {
-                left = left.saturating_sub(r.pages);
-                extents.give_back(cf.id, r);
-            }
+            left = left.saturating_sub(self.pool_runs(cf.id, runs));
             cf.extents_changed.store(true, Ordering::Release);
         }
     }

@@ -1430,9 +1430,6 @@ mod tests {
         assert_eq!(map.lock().extents_of(CfId(1)).len(), 10);
     }
 
-    /// The system tree's room may come in runs of any size: reserving it
-    /// claims the lowest free runs below the limit until it has enough,
-    /// and says so when the runs below the limit are too few.
     /// A free run that crosses the limit gives its part below it (and
     /// keeps the rest), so a CF's free tail starting under a compaction
     /// limit can hold a system value of many pages.
@@ -1462,6 +1459,9 @@ mod tests {
         assert!(a.give_free(8, 64, u64::MAX).is_empty());
     }
 
+    /// The system tree's room may come in runs of any size: reserving it
+    /// claims the lowest free runs below the limit until it has enough,
+    /// and says so when the runs below the limit are too few.
     #[test]
     fn pages_are_reserved_from_short_runs_below_a_limit() {
         let map = Mutex::new(ExtentMap::new(2));
