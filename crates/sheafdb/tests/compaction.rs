@@ -150,33 +150,66 @@ fn a_snapshot_keeps_the_pages_it_reads() -> Result<()> {
 /// clean, whichever side of any step it is on.
 #[test]
 fn a_crash_at_every_step_of_a_compaction_loses_nothing() {
-    let build = |vfs: &SimVfs| -> Database {
-        let db = builder()
-            .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")
-            .unwrap();
-        load(&db, 0..6000).unwrap();
-        db.checkpoint().unwrap();
-        remove(&db, 1000..6000).unwrap();
-        db.checkpoint().unwrap();
-        db
-    };
-    let want: BTreeMap<u64, Vec<u8>> = (0..1000).map(|k| (k, value(k))).collect();
+    crash_at_every_step(
+        |k| k < 1000,
+        |db| db.compact().map(drop),
+        |before, after| after < before / 2,
+        |db, _, _| {
+            // And it still shrinks and grows from there.
+            db.checkpoint().unwrap();
+            load(&db, 7000..7100).unwrap();
+            db.checkpoint().unwrap();
+            db.check_integrity().unwrap();
+        },
+    );
+}
+
+/// The 6,000 keys crash tests load, those `kept` says stay (the others
+/// are removed), checkpointed before and after the removal.
+fn crash_case(vfs: &SimVfs, kept: fn(u64) -> bool) -> Database {
+    let db = builder()
+        .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")
+        .unwrap();
+    load(&db, 0..6000).unwrap();
+    db.checkpoint().unwrap();
+    remove(&db, (0..6000).filter(|&k| !kept(k))).unwrap();
+    db.checkpoint().unwrap();
+    db
+}
+
+/// Runs `compact` over [`crash_case`]`(kept)` once to count its storage
+/// operations (and checks the file `shrunk(before, after)` in bytes),
+/// then crashes it at every one of them: power loss with three seeds
+/// and a process crash. Each reopened database must hold exactly the
+/// kept keys and check clean, then pass `then` (given the crashed disk
+/// and "step S seed N" for its messages). Panics name the step and the
+/// seed, so a failure replays.
+fn crash_at_every_step(
+    kept: fn(u64) -> bool,
+    compact: fn(&Database) -> Result<()>,
+    shrunk: fn(u64, u64) -> bool,
+    then: fn(Database, &SimVfs, &str),
+) {
+    let want: BTreeMap<u64, Vec<u8>> = (0..6000)
+        .filter(|&k| kept(k))
+        .map(|k| (k, value(k)))
+        .collect();
     let probe = SimVfs::new();
-    let db = build(&probe);
+    let db = crash_case(&probe, kept);
     let before = file_len(&probe, "k.sheaf");
     let ops = probe.op_count();
-    db.compact().unwrap();
+    compact(&db).unwrap();
     let steps = probe.op_count() - ops;
     let after = file_len(&probe, "k.sheaf");
-    assert!(after < before / 2, "no cut: {before} -> {after}");
+    assert!(shrunk(before, after), "no cut: {before} -> {after}");
     drop(db);
     eprintln!("compaction: {steps} storage operations, {before} -> {after} bytes");
     for step in 1..=steps {
         for seed in 0..4u64 {
             let vfs = SimVfs::new();
-            let db = build(&vfs);
+            let db = crash_case(&vfs, kept);
             vfs.fail_from(step, Fault::Eio);
-            let _ = db.compact();
+            let _ = compact(&db);
             let crashed = if seed == 3 {
                 vfs.process_crash()
             } else {
@@ -189,11 +222,7 @@ fn a_crash_at_every_step_of_a_compaction_loses_nothing() {
             assert_eq!(contents(&db).unwrap(), want, "step {step} seed {seed}");
             db.check_integrity()
                 .unwrap_or_else(|e| panic!("step {step} seed {seed}: integrity: {e}"));
-            // And it still shrinks and grows from there.
-            db.checkpoint().unwrap();
-            load(&db, 7000..7100).unwrap();
-            db.checkpoint().unwrap();
-            db.check_integrity().unwrap();
+            then(db, &crashed, &format!("step {step} seed {seed}"));
         }
     }
 }
@@ -499,59 +528,13 @@ fn compaction_ends_at_its_target() -> Result<()> {
 /// another reopen go on. Written by a review of `pool_system_free`.
 #[test]
 fn a_crash_at_every_step_of_short_compaction_steps_loses_nothing() {
-    let build = |vfs: &SimVfs| -> Database {
-        let db = builder()
-            .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")
-            .unwrap();
-        load(&db, 0..6000).unwrap();
-        db.checkpoint().unwrap();
-        remove(&db, (0..6000).filter(|k| k % 3 != 0)).unwrap();
-        db.checkpoint().unwrap();
-        db
-    };
-    let compact = |db: &Database| -> Result<()> {
-        let mut n = 0;
-        while !db.compact_step(32 << 10)?.done {
-            n += 1;
-            assert!(n < 1000);
-        }
-        db.compact()?;
-        Ok(())
-    };
-    let want: BTreeMap<u64, Vec<u8>> = (0..6000)
-        .filter(|k| k % 3 == 0)
-        .map(|k| (k, value(k)))
-        .collect();
-    let probe = SimVfs::new();
-    let db = build(&probe);
-    let before = file_len(&probe, "k.sheaf");
-    let ops = probe.op_count();
-    compact(&db).unwrap();
-    let steps = probe.op_count() - ops;
-    let after = file_len(&probe, "k.sheaf");
-    assert!(after < before * 2 / 3, "no cut: {before} -> {after}");
-    drop(db);
-    eprintln!("compaction: {steps} storage operations, {before} -> {after} bytes");
-    let mut step = 1;
-    while step <= steps {
-        for seed in 0..4u64 {
-            let vfs = SimVfs::new();
-            let db = build(&vfs);
-            vfs.fail_from(step, Fault::Eio);
-            let _ = compact(&db);
-            let crashed = if seed == 3 {
-                vfs.process_crash()
-            } else {
-                vfs.crash(step * 10 + seed)
-            };
-            drop(db);
-            let db = builder()
-                .open_with_vfs(Arc::new(crashed.clone()), "k.sheaf")
-                .unwrap_or_else(|e| panic!("step {step} seed {seed}: reopen: {e}"));
-            assert_eq!(contents(&db).unwrap(), want, "step {step} seed {seed}");
-            db.check_integrity()
-                .unwrap_or_else(|e| panic!("step {step} seed {seed}: integrity: {e}"));
-            compact(&db).unwrap();
+    crash_at_every_step(
+        |k| k % 3 == 0,
+        compact_in_short_steps,
+        |before, after| after < before * 2 / 3,
+        |db, crashed, at| {
+            let kept = contents(&db).unwrap().len();
+            compact_in_short_steps(&db).unwrap();
             db.check_integrity().unwrap();
             load(&db, 7000..7100).unwrap();
             db.checkpoint().unwrap();
@@ -559,12 +542,21 @@ fn a_crash_at_every_step_of_short_compaction_steps_loses_nothing() {
             drop(db);
             let db = builder()
                 .open_with_vfs(Arc::new(crashed.clone()), "k.sheaf")
-                .unwrap_or_else(|e| panic!("step {step} seed {seed}: reopen 2: {e}"));
-            assert_eq!(contents(&db).unwrap().len(), want.len() + 100);
+                .unwrap_or_else(|e| panic!("{at}: reopen 2: {e}"));
+            assert_eq!(contents(&db).unwrap().len(), kept + 100);
             db.check_integrity().unwrap();
-        }
-        step += 1;
+        },
+    );
+}
+
+/// Compaction in 32 KiB steps until one says it is done, then a full one.
+fn compact_in_short_steps(db: &Database) -> Result<()> {
+    let mut n = 0;
+    while !db.compact_step(32 << 10)?.done {
+        n += 1;
+        assert!(n < 1000, "compaction steps never end");
     }
+    db.compact().map(drop)
 }
 
 /// 20,000 values of 4,000 bytes (a one-page overflow run each), loaded in
