@@ -10,9 +10,16 @@
 //! of 1,000, with the fold triggers raised so they stay in the buffer.
 //! From one snapshot it times three passes each of 1,000,000 point reads
 //! and of 500,000 ranges of 10 entries from random keys, and prints the
-//! median of each. Run it with `0` for the tree alone.
+//! median of each. Run it with `0` for the tree alone. The database
+//! lives in a new directory under `DIR` (default: the system temp dir),
+//! removed at the end.
 
+mod common;
+
+use std::path::Path;
 use std::time::Instant;
+
+use common::in_scratch_dir;
 
 use sheafdb::{Database, Durability, Result, TableDefinition};
 
@@ -42,12 +49,12 @@ fn main() -> Result<()> {
     let buffered: u64 = args.next().map_or(150_000, |s| {
         s.parse().expect("BUFFERED must be a number of keys")
     });
-    let dir = match args.next() {
-        Some(d) => std::path::PathBuf::from(d),
-        None => std::env::temp_dir().join(format!("sheafdb-buffered-reads-{}", std::process::id())),
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
+    in_scratch_dir("sheafdb-buffered-reads", args.next(), |dir| {
+        run(dir, buffered)
+    })
+}
+
+fn run(dir: &Path, buffered: u64) -> Result<()> {
     let db = Database::builder()
         .buffer_fold_bytes(1 << 30)
         .buffer_memory(1 << 30, 2 << 30)
@@ -108,6 +115,5 @@ fn main() -> Result<()> {
     drop(t);
     drop(rx);
     drop(db);
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -18,23 +18,14 @@
 //! lives in a new directory under `DIR` (default: the system temp dir),
 //! removed at the end.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sheafdb::{Database, Durability, Result, TableDefinition};
-
-const T: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv0");
-const LOAD: u64 = 1_000_000;
-const VALUE: [u8; 150] = [7; 150];
-
-/// A pseudo-random 24-byte key, unique per `i`.
-fn key(i: u64) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..8].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
-    k[8..16].copy_from_slice(&i.to_be_bytes());
-    k
-}
+use common::{in_scratch_dir, insert, key, LOAD, T};
+use sheafdb::{Database, Durability, Result};
 
 /// (data file, WAL files) in MiB: the WAL's segment files are named after
 /// the data file.
@@ -57,32 +48,10 @@ fn report(dir: &Path, what: &str) {
     println!("{what:<28} data file {data:>4} MiB, WAL {wal:>3} MiB");
 }
 
-/// Commits `n` new keys from `*next` on, `per_txn` to a transaction.
-fn insert(db: &Database, next: &mut u64, n: u64, per_txn: u64, d: Durability) -> Result<()> {
-    for _ in 0..n / per_txn {
-        let mut tx = db.begin_write()?;
-        tx.set_durability(d);
-        {
-            let mut t = tx.open_table(T)?;
-            for _ in 0..per_txn {
-                t.insert(&key(*next)[..], &VALUE[..])?;
-                *next += 1;
-            }
-        }
-        tx.commit()?;
-    }
-    Ok(())
-}
-
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let phases = args.next().unwrap_or_else(|| "sbn".into());
-    let parent = args.next().map_or_else(std::env::temp_dir, PathBuf::from);
-    let dir = parent.join(format!("sheaf-removal-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let result = run(&dir, &phases);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    in_scratch_dir("sheaf-removal", args.next(), |dir| run(dir, &phases))
 }
 
 fn run(dir: &Path, phases: &str) -> Result<()> {
