@@ -254,6 +254,16 @@ impl ExtentMap {
             .filter(|(&s, &(p, o))| o == cf && s + p > lo)
             .map(|(&s, &(p, _))| (s, p))
             .collect();
+        // DESIGN 11.3: a CF gives back only pages of its own extents (its
+        // free ones); anything else would put another CF's pages, or
+        // pages in use, into the pool.
+        debug_assert_eq!(
+            hit.iter()
+                .map(|&(s, p)| (s + p).min(hi) - s.max(lo))
+                .sum::<u64>(),
+            range.pages,
+            "cf {cf} gave back {range:?}, which its extents do not cover"
+        );
         for (s, p) in hit {
             self.owned.remove(&s);
             if s < lo {
