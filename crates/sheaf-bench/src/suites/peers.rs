@@ -130,6 +130,7 @@ fn run_engine(
         "bytes",
         Better::Lower,
     );
+    trace_size(engine.as_ref())?;
     durable_singles(engine.as_ref(), data, phases.take(s.durable_singles), rep)?;
     durable_batches(
         engine.as_ref(),
@@ -139,14 +140,27 @@ fn run_engine(
         rep,
     )?;
     nosync_singles(engine.as_ref(), data, phases.take(s.nosync_singles), rep)?;
+    trace_size(engine.as_ref())?;
     check_len(engine.as_ref(), phases.next as u64, rep)?;
     point_reads(engine.as_ref(), data, s, ctx.seed, rep)?;
+    trace_size(engine.as_ref())?;
     range_reads(engine.as_ref(), data, s, ctx.seed, rep)?;
+    trace_size(engine.as_ref())?;
     let threaded = threaded_point_reads(engine.as_ref(), data, s, ctx.seed, rep)?;
+    trace_size(engine.as_ref())?;
     remove_half(engine.as_ref(), data, s.load, rep)?;
+    trace_size(engine.as_ref())?;
     backup(engine.as_ref(), rep)?;
     compaction(engine, rep)?;
     Ok(threaded)
+}
+
+/// Prints the engine directory's size to stderr after a phase: where a
+/// file grows shows in the progress lines, not only in the two size rows.
+fn trace_size(engine: &dyn Engine) -> Result<()> {
+    let mib = engine.disk_bytes()? as f64 / (1024.0 * 1024.0);
+    eprintln!("[{SUITE}] {}: directory {mib:.1} MiB", engine.kind());
+    Ok(())
 }
 
 fn bulk_load(
