@@ -38,17 +38,39 @@ use crate::types::PageId;
 /// One write of a batch: the key and its new value (`None`: removed).
 pub type BatchWrite = (Arc<[u8]>, Option<Arc<[u8]>>);
 
+/// A write [`apply_sorted`] takes: a key and its new value (`None`:
+/// removed), as owned bytes ([`BatchWrite`]) or as bytes of another
+/// tree's pages (a repack copies entries without allocating for each).
+pub trait SortedWrite {
+    /// The key.
+    fn key(&self) -> &[u8];
+    /// The new value; `None` removes the key.
+    fn value(&self) -> Option<&[u8]>;
+}
+
+impl<K: AsRef<[u8]>, V: AsRef<[u8]>> SortedWrite for (K, Option<V>) {
+    #[inline]
+    fn key(&self) -> &[u8] {
+        self.0.as_ref()
+    }
+
+    #[inline]
+    fn value(&self) -> Option<&[u8]> {
+        self.1.as_ref().map(AsRef::as_ref)
+    }
+}
+
 /// Applies `writes` (keys strictly increasing) to the tree: each put
 /// inserts or replaces, each removal of a present key deletes it (of an
 /// absent one does nothing). Equivalent to applying them one by one, but
 /// each touched leaf is read, copied and rewritten once.
-pub fn apply_sorted<S: PageWrite + ?Sized>(
+pub fn apply_sorted<S: PageWrite + ?Sized, W: SortedWrite>(
     store: &mut S,
     root: &mut TreeRoot,
-    writes: &[BatchWrite],
+    writes: &[W],
 ) -> Result<()> {
     debug_assert!(
-        writes.windows(2).all(|w| w[0].0 < w[1].0),
+        writes.windows(2).all(|w| w[0].key() < w[1].key()),
         "a batch's keys are strictly increasing"
     );
     let mut i = 0;
@@ -68,10 +90,10 @@ pub fn apply_sorted<S: PageWrite + ?Sized>(
 
 /// Builds a tree from the puts of `writes` into an empty `root`; returns
 /// `writes.len()` (every write is consumed).
-fn build_fresh<S: PageWrite + ?Sized>(
+fn build_fresh<S: PageWrite + ?Sized, W: SortedWrite>(
     store: &mut S,
     root: &mut TreeRoot,
-    writes: &[BatchWrite],
+    writes: &[W],
 ) -> Result<usize> {
     debug_assert!(root.root.is_none(), "a fresh build over a tree");
     if root.len != 0 {
@@ -82,8 +104,9 @@ fn build_fresh<S: PageWrite + ?Sized>(
         ));
     }
     let mut values = Vec::new();
-    for (k, v) in writes {
-        if let Some(v) = v {
+    for w in writes {
+        let k = w.key();
+        if let Some(v) = w.value() {
             check_limits(store.page_size(), k, v)?;
             values.push((k, v, NewValue::store(store, k, v)?));
         }
@@ -111,15 +134,15 @@ fn build_fresh<S: PageWrite + ?Sized>(
 /// given back the same way. One leaf alone is split evenly when it
 /// overflows (a sparse batch, where packing would make the next insert
 /// split again).
-fn apply_leaf<S: PageWrite + ?Sized>(
+fn apply_leaf<S: PageWrite + ?Sized, W: SortedWrite>(
     store: &mut S,
     root: &mut TreeRoot,
     root_id: PageId,
-    writes: &[BatchWrite],
+    writes: &[W],
     i: usize,
 ) -> Result<usize> {
     let ps = store.page_size();
-    let d = descend(store, root_id, Target::Key(&writes[i].0))?;
+    let d = descend(store, root_id, Target::Key(writes[i].key()))?;
     let Descent {
         mut path, mut leaf, ..
     } = d;
@@ -151,10 +174,11 @@ fn apply_leaf<S: PageWrite + ?Sized>(
     let n0 = nodes[0].count();
     let appends = run.hi_is_none
         && run.leaves.len() == 1
-        && (n0 == 0 || nodes[0].leaf_key(n0 - 1)? < &writes[i].0[..]);
+        && (n0 == 0 || nodes[0].leaf_key(n0 - 1)? < writes[i].key());
     let mut values = Vec::with_capacity(end - i);
-    for (k, v) in &writes[i..end] {
-        if let Some(v) = v {
+    for w in &writes[i..end] {
+        let k = w.key();
+        if let Some(v) = w.value() {
             check_limits(ps, k, v)?;
             values.push(NewValue::store(store, k, v)?);
         }
@@ -252,11 +276,11 @@ struct Run {
 /// following writes fall into, stopping at the first sibling they skip.
 /// The parent keeps at least two children (a run never takes them all), so
 /// it never needs to be collapsed.
-fn run_of<S: PageWrite + ?Sized>(
+fn run_of<S: PageWrite + ?Sized, W: SortedWrite>(
     store: &S,
     path: &Path,
     leaf: PageId,
-    writes: &[BatchWrite],
+    writes: &[W],
     i: usize,
 ) -> Result<Run> {
     let hi = bound_at(store, path, path.len)?;
@@ -317,9 +341,9 @@ fn run_of<S: PageWrite + ?Sized>(
 
 /// The end of the writes from `from` on that are below `bound` (all of
 /// them without one).
-fn ends_before(writes: &[BatchWrite], from: usize, bound: Option<&[u8]>) -> usize {
+fn ends_before<W: SortedWrite>(writes: &[W], from: usize, bound: Option<&[u8]>) -> usize {
     match bound {
-        Some(h) => from + writes[from..].partition_point(|(k, _)| **k < *h),
+        Some(h) => from + writes[from..].partition_point(|w| w.key() < h),
         None => writes.len(),
     }
 }
@@ -340,25 +364,26 @@ impl<'a> Merge<'a> {
     /// Merges the cells of `node` with `writes` (all within its bounds);
     /// `values` are the stored values of the run's puts, in order;
     /// `committed`: the node's page was committed when the step began.
-    fn leaf(
+    fn leaf<W: SortedWrite>(
         &mut self,
         ps: usize,
         node: &NodeRef<'a>,
-        writes: &'a [BatchWrite],
+        writes: &'a [W],
         values: &'a [NewValue],
         committed: bool,
     ) -> Result<()> {
         let n = node.count();
         let mut a = 0;
-        for (k, v) in writes {
-            while a < n && node.leaf_key(a)? < &k[..] {
+        for w in writes {
+            let (k, v) = (w.key(), w.value());
+            while a < n && node.leaf_key(a)? < k {
                 self.cells.push(NewCell::Raw {
                     leaf: true,
                     bytes: node.cell_bytes(a)?,
                 });
                 a += 1;
             }
-            if a < n && node.leaf_key(a)? == &k[..] {
+            if a < n && node.leaf_key(a)? == k {
                 let run = overflow_run(ps, node.leaf_cell(a)?.value);
                 self.frees.extend(run.map(|(id, n)| (id, n, committed)));
                 a += 1;

@@ -169,12 +169,13 @@ pub fn walk<S: PageRead + ?Sized>(
     Ok(w.entries)
 }
 
-/// Frees every page and overflow run of the tree and empties `root`. Each
-/// page is read once; if any page is corrupt nothing is freed.
-pub fn clear<S: PageWrite + ?Sized>(store: &mut S, root: &mut TreeRoot) -> Result<()> {
+/// Frees every page and overflow run of the tree and empties `root`;
+/// returns the pages freed. Each page is read once; if any page is
+/// corrupt nothing is freed.
+pub fn clear<S: PageWrite + ?Sized>(store: &mut S, root: &mut TreeRoot) -> Result<u64> {
     let Some(id) = root.root else {
         *root = TreeRoot::default();
-        return Ok(());
+        return Ok(0);
     };
     let ps = store.page_size();
     let mut seen = HashSet::new();
@@ -199,11 +200,13 @@ pub fn clear<S: PageWrite + ?Sized>(store: &mut S, root: &mut TreeRoot) -> Resul
         }
         runs.push((id, 1));
     }
+    let mut freed = 0;
     for (id, npages) in runs {
         store.free(id, npages);
+        freed += u64::from(npages);
     }
     *root = TreeRoot::default();
-    Ok(())
+    Ok(freed)
 }
 
 /// What a tree's pages hold ([`tree_stats`]).

@@ -295,7 +295,7 @@ impl CfReplay {
             Op::Delete { table, key } => self.write(table, key, None),
             Op::ClearTable { table } => {
                 self.write_trees()?;
-                self.with_tree(table, btree::clear)
+                self.with_tree(table, |p, r| btree::clear(p, r).map(|_| ()))
             }
             Op::CreateTable {
                 table,

@@ -568,7 +568,9 @@ impl WriteState {
             let mut old = self.tables[&name].root();
             let mut new = TreeRoot::default();
             let mut cursor = btree::Cursor::all(&old);
-            let mut batch: Vec<btree::BatchWrite> = Vec::new();
+            // The entries as bytes of the old tree's pages (which the
+            // batch keeps in memory): no allocation per entry.
+            let mut batch: Vec<(btree::KeyRef, Option<btree::ValueRef>)> = Vec::new();
             let mut bytes = 0u64;
             loop {
                 let next = cursor.next(&self.pages)?;
@@ -580,17 +582,14 @@ impl WriteState {
                 }
                 let Some((k, v)) = next else { break };
                 bytes += (k.as_slice().len() + v.as_slice().len()) as u64;
-                batch.push((Arc::from(k.as_slice()), Some(Arc::from(v.as_slice()))));
+                batch.push((k, Some(v)));
             }
             check_count(
                 &format!("table {name:?} repacked"),
                 &new,
                 i128::from(old.len),
             )?;
-            let mut pages = 0u64;
-            btree::walk(&self.pages, &old, &mut |_, n, _| pages += u64::from(n))?;
-            old_pages += pages;
-            btree::clear(&mut self.pages, &mut old)?;
+            old_pages += btree::clear(&mut self.pages, &mut old)?;
             self.tables
                 .get_mut(&name)
                 .expect("loaded above")
