@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageHandle, PageRef, PageType, HEADER_LEN};
 use crate::types::PageId;
 
-pub use batch::{apply_sorted, BatchWrite};
+pub use batch::{apply_sorted, BatchWrite, SortedWrite};
 pub use cursor::Cursor;
 pub use dirty::collect_dirty;
 pub use mutate::{check_limits, insert, remove};

@@ -36,10 +36,28 @@ use crate::storage::Vfs;
 use crate::txn::Durability;
 use crate::types::CfId;
 
-/// Key and value bytes per copy transaction: below the size at which a
-/// table's pending writes are applied part-way (4 MiB), so each batch is
-/// applied at commit as one sorted, appending batch (packed pages).
-pub(crate) const BATCH_BYTES: u64 = 2 << 20;
+/// Key and value bytes per copy transaction. Each batch goes from the
+/// snapshot's pages straight into the copy's tree as one sorted,
+/// appending batch (packed pages; `WriteTransaction::append_sorted_unlogged`),
+/// and its commit is a direct checkpoint of the copy.
+pub(crate) const BATCH_BYTES: u64 = 8 << 20;
+
+/// One entry of the snapshot, as the guards the source table handed out
+/// (their bytes stay in the source's pages until the batch is applied).
+struct Copied(
+    crate::table::KeyGuard<&'static [u8]>,
+    crate::table::AccessGuard<&'static [u8]>,
+);
+
+impl crate::btree::SortedWrite for Copied {
+    fn key(&self) -> &[u8] {
+        self.0.raw_bytes()
+    }
+
+    fn value(&self) -> Option<&[u8]> {
+        Some(self.1.raw_bytes())
+    }
+}
 
 /// How far a backup has got ([`Database::backup_to_with`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,21 +220,33 @@ impl Database {
                 let mut entries = source.iter()?.peekable();
                 // Each pass is one transaction (the first also creates the
                 // table, so empty tables are copied too).
+                let table = (&*info.name, &*info.key_type, &*info.value_type);
+                // The last key of the previous batch: the batches go into
+                // the copy as sorted runs, so a snapshot whose keys do not
+                // increase (a damaged file) fails the backup.
+                let mut last: Option<Vec<u8>> = None;
                 loop {
                     let tx = target.begin_write()?;
-                    {
-                        let mut t =
-                            tx.open_untyped_table(&info.name, &info.key_type, &info.value_type)?;
-                        let mut bytes = 0u64;
-                        while bytes < BATCH_BYTES {
-                            let Some(e) = entries.next() else { break };
-                            let (k, v) = e?;
-                            t.insert(k.value(), v.value())?;
-                            bytes += (k.raw_bytes().len() + v.raw_bytes().len()) as u64;
-                            done.entries_copied += 1;
+                    let mut batch: Vec<Copied> = Vec::new();
+                    let mut bytes = 0u64;
+                    while bytes < BATCH_BYTES {
+                        let Some(e) = entries.next() else { break };
+                        let (k, v) = e?;
+                        let prev = batch.last().map(|c| c.0.raw_bytes()).or(last.as_deref());
+                        if prev.is_some_and(|p| p >= k.raw_bytes()) {
+                            return Err(Error::corrupted(
+                                format!("keys out of order in table {:?}", info.name),
+                                "backup source",
+                            ));
                         }
-                        done.bytes_copied += bytes;
+                        bytes += (k.raw_bytes().len() + v.raw_bytes().len()) as u64;
+                        batch.push(Copied(k, v));
+                        done.entries_copied += 1;
                     }
+                    done.bytes_copied += bytes;
+                    last = batch.last().map(|c| c.0.raw_bytes().to_vec()).or(last);
+                    tx.append_sorted_unlogged(table, &batch)?;
+                    drop(batch);
                     tx.commit()?;
                     progress(done);
                     if entries.peek().is_none() {

@@ -566,6 +566,18 @@ impl WriteTransaction {
         Ok(Table::new(&self.core, name.to_string()))
     }
 
+    /// Applies `batch` (keys strictly increasing) to table `name` (of
+    /// these key and value type names, created if needed), unlogged: for
+    /// `Database::backup_to`'s copy only (`WriteState::append_sorted_unlogged`).
+    pub(crate) fn append_sorted_unlogged<W: crate::btree::SortedWrite>(
+        &self,
+        table: (&str, &str, &str),
+        batch: &[W],
+    ) -> Result<()> {
+        self.claim();
+        self.core.append_sorted_unlogged(table, batch)
+    }
+
     /// Deletes a table and frees its pages. `Ok(false)` if it did not exist.
     pub fn delete_table(&self, name: &str) -> Result<bool> {
         self.claim();

@@ -759,6 +759,37 @@ impl WriteState {
         Ok(())
     }
 
+    /// Applies `batch` (keys strictly increasing) to table `name`'s tree
+    /// at once, without logging it: the transaction then commits by a
+    /// direct checkpoint, as one that outgrew its WAL record does, and no
+    /// record carries these entries. Only for a file that is not a
+    /// database until it is complete (`Database::backup_to`'s copy, renamed
+    /// into place once closed): entries go from the source's pages into
+    /// packed pages with no write set in between. A failure part-way fails
+    /// the transaction.
+    pub fn append_sorted_unlogged<W: btree::SortedWrite>(
+        &mut self,
+        name: &str,
+        batch: &[W],
+    ) -> Result<()> {
+        self.check_not_failed()?;
+        debug_assert!(
+            self.savepoints.is_empty(),
+            "an unlogged write under a savepoint"
+        );
+        let id = (self.tables.get(name))
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?
+            .meta
+            .id;
+        self.apply_table_writes(id).map_err(|e| self.fail(e))?;
+        self.log = None;
+        let table = self.tables.get_mut(name).expect("looked up above");
+        let mut root = table.root();
+        let applied = btree::apply_sorted(&mut self.pages, &mut root, batch);
+        table.set_root(root);
+        applied.map_err(|e| self.fail(e))
+    }
+
     /// Deletes table `name` (freeing its pages) and logs it. `Ok(false)`
     /// if it does not exist; a failure part-way fails the transaction.
     pub fn drop_table_logged(&mut self, name: &str) -> Result<bool> {
@@ -919,6 +950,18 @@ impl WriteCore {
         check_types(name, &st.tables[name].meta, key_type, value_type)?;
         open.insert(name.to_string());
         Ok(())
+    }
+
+    /// Opens (creating if needed) table `name` of these types and applies
+    /// `batch` to it unlogged ([`WriteState::append_sorted_unlogged`]).
+    pub fn append_sorted_unlogged<W: btree::SortedWrite>(
+        &self,
+        (name, key_type, value_type): (&str, &str, &str),
+        batch: &[W],
+    ) -> Result<()> {
+        self.open_table(name, key_type, value_type)?;
+        self.close_table(name);
+        self.state()?.append_sorted_unlogged(name, batch)
     }
 
     /// Called by a table handle when it is dropped.
