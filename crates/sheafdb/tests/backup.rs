@@ -82,6 +82,17 @@ fn fill(db: &Database) -> Result<()> {
     Ok(())
 }
 
+/// Opens the backup `copy.sheaf` of `dst` and checks it: closed cleanly
+/// (no record to replay), equal to `want`, sound.
+fn open_copy(dst: &MemVfs, want: &Contents) -> Result<Database> {
+    let copy = builder().open_with_vfs(Arc::new(dst.clone()), "copy.sheaf")?;
+    assert_eq!(copy.replayed_records(), 0);
+    assert!(copy.file_info()?.clean);
+    assert_eq!(&contents(&copy)?, want);
+    copy.check_integrity()?;
+    Ok(copy)
+}
+
 fn wal_files(vfs: &dyn Vfs, name: &str) -> Vec<String> {
     vfs.list()
         .unwrap()
@@ -113,11 +124,7 @@ fn a_backup_equals_its_source_and_opens_without_replay() -> Result<()> {
     assert!(seen.len() > 2, "several batches: {}", seen.len());
     // One file: no WAL beside it, no temporary left.
     assert_eq!(dst.list()?, ["copy.sheaf"]);
-    let copy = builder().open_with_vfs(Arc::new(dst.clone()), "copy.sheaf")?;
-    assert_eq!(copy.replayed_records(), 0);
-    assert!(copy.file_info()?.clean);
-    assert_eq!(contents(&copy)?, want);
-    copy.check_integrity()?;
+    let copy = open_copy(&dst, &want)?;
     // A second backup onto the same name is refused, nothing changed.
     let before = dst.list()?;
     assert!(matches!(
@@ -169,10 +176,7 @@ fn a_table_of_several_backup_batches_is_copied_exactly() -> Result<()> {
         batches >= 3,
         "one table of 21 MB copied in {batches} progress reports"
     );
-    let copy = builder().open_with_vfs(Arc::new(dst), "copy.sheaf")?;
-    assert_eq!(copy.replayed_records(), 0);
-    assert_eq!(contents(&copy)?, want);
-    copy.check_integrity()?;
+    open_copy(&dst, &want)?;
     Ok(())
 }
 
@@ -204,9 +208,7 @@ fn many_small_tables_share_backup_transactions() -> Result<()> {
         reports <= 3,
         "{reports} progress reports (one per commit) for 300 small tables"
     );
-    let copy = builder().open_with_vfs(Arc::new(dst), "copy.sheaf")?;
-    assert_eq!(contents(&copy)?, want);
-    copy.check_integrity()?;
+    open_copy(&dst, &want)?;
     Ok(())
 }
 

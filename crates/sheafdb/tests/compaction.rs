@@ -482,6 +482,28 @@ fn compaction_finds_room_for_the_system_pages_among_short_free_runs() -> Result<
     Ok(())
 }
 
+/// Asserts that file `name` ends at most at compaction's target: the
+/// pages in use (and the superblocks), plus its small slack. Checks the
+/// database's integrity on the way.
+fn assert_at_target(
+    db: &Database,
+    vfs: &dyn Vfs,
+    name: &str,
+    report: &sheafdb::CompactReport,
+) -> Result<()> {
+    let after = file_len(vfs, name) / 4096;
+    let check = db.check_integrity()?;
+    let used = check.pages_in_use + 2; // and the superblocks
+    let target = used + used / 1024 + 16;
+    eprintln!("{after} pages of file, {used} in use, target {target}: {report:?} {check:?}");
+    assert!(
+        after <= target,
+        "compaction ended at {after} pages, {} past its target {target}",
+        after.saturating_sub(target)
+    );
+    Ok(())
+}
+
 /// Compaction ends where the file would if packed (its target: the pages
 /// in use, a thousandth more and 16), not short of it by the free pages
 /// the system allocator kept below the limit: old copies of the system
@@ -504,16 +526,7 @@ fn compaction_ends_at_its_target() -> Result<()> {
         assert!(steps < 1_000, "compaction steps never end");
     }
     let report = db.compact()?;
-    let after = file_len(&vfs, "t.sheaf") / 4096;
-    let check = db.check_integrity()?;
-    let used = check.pages_in_use + 2; // and the superblocks
-    let target = used + used / 1024 + 16;
-    eprintln!("{after} pages of file, {used} in use, target {target}: {report:?} {check:?}");
-    assert!(
-        after <= target,
-        "compaction ended at {after} pages, {} past its target {target}",
-        after.saturating_sub(target)
-    );
+    assert_at_target(&db, &vfs, "t.sheaf", &report)?;
     assert!(report.done, "{report:?}");
     let m = contents(&db)?;
     assert_eq!(m.len(), 40_000usize.div_ceil(3));
@@ -586,16 +599,8 @@ fn a_many_page_cf_descriptor_does_not_keep_compaction_from_its_target() -> Resul
     db.checkpoint()?;
     let before = file_len(&vfs, "g.sheaf") / 4096;
     let report = db.compact()?;
-    let after = file_len(&vfs, "g.sheaf") / 4096;
-    let check = db.check_integrity()?;
-    let used = check.pages_in_use + 2; // and the superblocks
-    let target = used + used / 1024 + 16;
-    eprintln!("{before} -> {after} pages of file, {used} in use, target {target}: {report:?}");
-    assert!(
-        after <= target,
-        "compaction ended at {after} pages, {} past its target {target}",
-        after.saturating_sub(target)
-    );
+    eprintln!("{before} pages of file before");
+    assert_at_target(&db, &vfs, "g.sheaf", &report)?;
     let rx = db.begin_read()?;
     assert_eq!(rx.open_table(T)?.len()?, n / 2);
     Ok(())

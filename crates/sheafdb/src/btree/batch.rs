@@ -64,15 +64,24 @@ impl<K: AsRef<[u8]>, V: AsRef<[u8]>> SortedWrite for (K, Option<V>) {
 /// inserts or replaces, each removal of a present key deletes it (of an
 /// absent one does nothing). Equivalent to applying them one by one, but
 /// each touched leaf is read, copied and rewritten once.
+///
+/// Keys that do not strictly increase are `Corrupted`, with the tree
+/// unchanged: a batch may come from another tree's pages (a repack, a
+/// backup), which a damaged file can hand out of order.
 pub fn apply_sorted<S: PageWrite + ?Sized, W: SortedWrite>(
     store: &mut S,
     root: &mut TreeRoot,
     writes: &[W],
 ) -> Result<()> {
-    debug_assert!(
-        writes.windows(2).all(|w| w[0].key() < w[1].key()),
-        "a batch's keys are strictly increasing"
-    );
+    if let Some(i) = writes.windows(2).position(|w| w[0].key() >= w[1].key()) {
+        return Err(Error::corrupted(
+            format!(
+                "write {} of a sorted batch is not past the one before",
+                i + 1
+            ),
+            "sorted batch",
+        ));
+    }
     let mut i = 0;
     while i < writes.len() {
         i = match root.root {

@@ -1680,3 +1680,27 @@ fn free_space_naming_a_replaced_overflow_run_is_corrupt() {
         Ok(()) => panic!("a batch freed the page its new leaf {:?} is in", root.root),
     }
 }
+
+/// A batch whose keys do not strictly increase (out of order, or a key
+/// twice) is `Corrupted` and leaves the tree as it was: repacks and
+/// backups build batches from another tree's pages, which a damaged file
+/// can hand out in any order. Before, only a debug assertion looked.
+#[test]
+fn a_batch_out_of_order_is_corrupted_and_changes_nothing() {
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let base: Vec<BatchWrite> = (0..500u64).map(|k| put_u64(k * 2, 100)).collect();
+    apply_sorted(&mut s, &mut root, &base).unwrap();
+    s.commit();
+    let before = root;
+    for bad in [
+        vec![put_u64(7, 10), put_u64(5, 10), put_u64(9, 10)],
+        vec![put_u64(3, 10), put_u64(3, 10)],
+    ] {
+        let r = apply_sorted(&mut s, &mut root, &bad);
+        assert!(matches!(r, Err(Error::Corrupted { .. })), "{r:?}");
+        assert_eq!(root, before, "a refused batch changed the tree");
+    }
+    assert!(check_store(&s, &root)[0] > 0);
+    assert_eq!(get(&s, &root, &7u64.to_be_bytes()).unwrap(), None);
+}

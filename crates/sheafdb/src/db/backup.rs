@@ -49,12 +49,11 @@ const ENTRY_WEIGHT: u64 = 64;
 
 /// Moves entries from `entries` into `batch` until their weight reaches
 /// `budget` or the table ends; returns (the batch's weight, whether the
-/// table ended). `last` is the table's last key copied so far: keys that
-/// do not strictly increase (a damaged source) are `Corrupted`.
+/// table ended). Keys that do not strictly increase (a damaged source)
+/// are `Corrupted` where the batch is applied (`btree::apply_sorted`).
 fn fill_batch(
     entries: &mut impl Iterator<Item = Result<(SourceKey, SourceValue)>>,
     batch: &mut Vec<Copied>,
-    last: &mut Option<Vec<u8>>,
     budget: u64,
     done: &mut BackupProgress,
 ) -> Result<(u64, bool)> {
@@ -64,33 +63,13 @@ fn fill_batch(
             return Ok((weight, true));
         };
         let (k, v) = e?;
-        let prev = batch.last().map(|c| c.0.raw_bytes()).or(last.as_deref());
-        if prev.is_some_and(|p| p >= k.raw_bytes()) {
-            return Err(Error::corrupted("keys out of order", "backup source"));
-        }
         let bytes = (k.raw_bytes().len() + v.raw_bytes().len()) as u64;
         weight += bytes + ENTRY_WEIGHT;
         done.bytes_copied += bytes;
         done.entries_copied += 1;
         batch.push(Copied(k, v));
     }
-    *last = batch
-        .last()
-        .map(|c| c.0.raw_bytes().to_vec())
-        .or(last.take());
     Ok((weight, false))
-}
-
-/// `e`, naming the table it was found in when it is about the source's
-/// contents.
-fn in_table(e: Error, table: &str) -> Error {
-    match e {
-        Error::Corrupted { what, location } => Error::Corrupted {
-            what: format!("{what} in table {table:?}"),
-            location,
-        },
-        e => e,
-    }
 }
 
 type SourceKey = crate::table::KeyGuard<&'static [u8]>;
@@ -274,13 +253,12 @@ impl Database {
                 let source = rx.open_untyped_in(*id, cf_name, &info.name)?;
                 let mut entries = source.iter()?;
                 let table = (&*info.name, &*info.key_type, &*info.value_type);
-                let mut last: Option<Vec<u8>> = None;
                 loop {
                     let mut batch: Vec<Copied> = Vec::new();
-                    let budget = BATCH_BYTES.saturating_sub(held).max(1);
-                    let (weight, ended) =
-                        fill_batch(&mut entries, &mut batch, &mut last, budget, &mut done)
-                            .map_err(|e| in_table(e, &info.name))?;
+                    // Under `BATCH_BYTES`: the transaction commits once it
+                    // holds that much.
+                    let budget = BATCH_BYTES - held;
+                    let (weight, ended) = fill_batch(&mut entries, &mut batch, budget, &mut done)?;
                     // Also creates the table: empty tables are copied too.
                     tx.append_sorted_unlogged(table, &batch)?;
                     drop(batch);

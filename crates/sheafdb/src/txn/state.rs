@@ -571,27 +571,16 @@ impl WriteState {
             // The entries as bytes of the old tree's pages (which the
             // batch keeps in memory): no allocation per entry.
             let mut batch: Vec<(btree::KeyRef, Option<btree::ValueRef>)> = Vec::new();
-            let mut last: Option<Vec<u8>> = None;
             let mut bytes = 0u64;
             loop {
                 let next = cursor.next(&self.pages)?;
                 let flush = next.is_none() || bytes >= REPACK_BATCH_BYTES;
                 if flush && !batch.is_empty() {
                     btree::apply_sorted(&mut self.pages, &mut new, &batch)?;
-                    last = batch.last().map(|(k, _)| k.to_vec());
                     batch.clear();
                     bytes = 0;
                 }
                 let Some((k, v)) = next else { break };
-                // A damaged tree may hand out keys out of order; the new
-                // tree takes them as sorted runs.
-                let prev = batch.last().map(|(p, _)| p.as_slice()).or(last.as_deref());
-                if prev.is_some_and(|p| p >= k.as_slice()) {
-                    return Err(Error::corrupted(
-                        format!("keys out of order in table {name:?}"),
-                        "table tree",
-                    ));
-                }
                 bytes += (k.as_slice().len() + v.as_slice().len()) as u64;
                 batch.push((k, Some(v)));
             }
