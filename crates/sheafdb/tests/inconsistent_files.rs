@@ -869,6 +869,8 @@ enum WalOp<'a> {
     RenameTable(u64, &'a str),
     CreateCf(&'a str),
     DropCf,
+    /// `CountChange` (table, delta): payload version 2 only.
+    Count(u64, i64),
 }
 
 fn field(out: &mut Vec<u8>, b: &[u8]) {
@@ -879,9 +881,11 @@ fn field(out: &mut Vec<u8>, b: &[u8]) {
 /// One part of a commit record: a CF id and its ops.
 type Part<'a> = (u64, Vec<WalOp<'a>>);
 
-/// A commit payload with one part per `(cf, ops)`.
+/// A commit payload with one part per `(cf, ops)`: version 1, or 2 if an
+/// op needs it.
 fn commit_payload(parts: &[Part]) -> Vec<u8> {
-    let mut out = vec![1u8];
+    let counted = (parts.iter()).any(|(_, ops)| ops.iter().any(|o| matches!(o, WalOp::Count(..))));
+    let mut out = vec![if counted { 2u8 } else { 1u8 }];
     out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
     for (cf, ops) in parts {
         out.extend_from_slice(&cf.to_le_bytes());
@@ -911,6 +915,11 @@ fn commit_payload(parts: &[Part]) -> Vec<u8> {
                     field(&mut out, name.as_bytes());
                 }
                 WalOp::DropCf => out.push(8),
+                WalOp::Count(table, delta) => {
+                    out.push(9);
+                    out.extend_from_slice(&table.to_le_bytes());
+                    out.extend_from_slice(&delta.to_le_bytes());
+                }
             }
         }
     }
@@ -982,6 +991,41 @@ fn a_crafted_wal_record_is_replayed() {
     let v = t.get(b"from-wal".as_slice()).unwrap().unwrap();
     assert_eq!(v.value(), b"w");
     assert_eq!(t.len().unwrap(), 51);
+}
+
+/// A version-2 record's count change is what `len()` shows after replay
+/// (the tree is not read); a count no set of the record's writes could
+/// make refuses the open; a possible but wrong one (a record no commit
+/// wrote) is caught when the fold applies the writes, as `Corrupted`.
+#[test]
+fn crafted_count_changes_are_used_checked_or_caught_by_the_fold() {
+    let files = build_two_tables();
+    let new_key = |delta| {
+        commit_payload(&[(
+            1,
+            vec![WalOp::Put(1, b"from-wal", b"w"), WalOp::Count(1, delta)],
+        )])
+    };
+    // Right: one new key.
+    let db = open(&with_records(&files, &[new_key(1)])).unwrap();
+    let rx = db.begin_read().unwrap();
+    assert_eq!(rx.open_table(def("t")).unwrap().len().unwrap(), 51);
+    drop(rx);
+    db.checkpoint().unwrap();
+    db.check_integrity().unwrap();
+    drop(db);
+    // Impossible: two entries added by one written key.
+    match open(&with_records(&files, &[new_key(2)])) {
+        Err(e) => assert!(e.is_corrupted(), "{e}"),
+        Ok(_) => panic!("a count change of 2 from one key was accepted"),
+    }
+    // Possible but wrong: the key is new, the record says it was not.
+    let db = open(&with_records(&files, &[new_key(0)])).unwrap();
+    let rx = db.begin_read().unwrap();
+    assert_eq!(rx.open_table(def("t")).unwrap().len().unwrap(), 50);
+    drop(rx);
+    let e = db.checkpoint().unwrap_err();
+    assert!(acceptable(&e), "{e}");
 }
 
 #[test]

@@ -260,7 +260,15 @@ impl Stack {
             }
         }
         if let Some(w) = self.writes.table(T1).filter(|_| with_writes) {
-            w.for_each_in_key_order(|k, s| apply(&mut m, k, s));
+            let mut after: Option<Held> = None;
+            loop {
+                let lo = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                let Some((k, s)) = w.seek(lo, Bound::Unbounded, false) else {
+                    break;
+                };
+                apply(&mut m, &k, &s);
+                after = Some(k);
+            }
         }
         m
     }
@@ -385,7 +393,7 @@ fn write_set_bytes_and_drops() {
     assert!(!ws.is_empty());
 }
 
-/// `TableWrites::for_each_in_key_order` gives each written key once, with its last
+/// `TableWrites::into_key_order` gives each written key once, with its last
 /// write, in byte order (keys that tie on their first eight bytes
 /// included), as a model map does.
 #[test]
@@ -400,8 +408,8 @@ fn a_write_sets_sorted_view_matches_a_model() {
             model.insert(k, s);
         }
         let mut got: Vec<(Vec<u8>, Slot)> = Vec::new();
-        if let Some(w) = ws.table(T1) {
-            w.for_each_in_key_order(|k, s| got.push((k.to_vec(), s.clone())));
+        if let Some(w) = ws.take_table(T1) {
+            w.into_key_order(|k, s| got.push((k.to_vec(), s)));
         }
         let want: Vec<(Vec<u8>, Slot)> = model.into_iter().collect();
         assert_eq!(got, want, "seed {seed}");

@@ -178,6 +178,12 @@ impl DbShared {
             false => self.options.checkpoint_wal_bytes,
         };
         let mut plans = plan(&cfs, &db_snapshot, extra);
+        // O9: the WAL is made durable below through the end of every
+        // version written here (one published after `log_end` was sampled
+        // may be in the snapshot), before the superblock: so a fold
+        // round's `FoldRound` marker is durable whenever trees it left
+        // ahead of their durable base are (replay then looks keys up).
+        let durable_to = (plans.iter()).fold(log_end, |end, p| end.max(p.snapshot.lsn));
         let mut runs = Vec::new();
         let mut descriptors = Vec::new();
         for p in plans.iter_mut() {
@@ -199,11 +205,14 @@ impl DbShared {
         // CF whose writer was busy, so it was not folded) become durable
         // in the WAL instead: a checkpoint makes every commit before it
         // durable, whatever its mode (ordering rule O8).
-        if let Err(e) = self.wal_durable_through(log_end) {
+        if let Err(e) = self.wal_durable_through(durable_to) {
             self.poison(&e);
             return Err(e);
         }
-        debug_assert!(self.wal().synced_lsn() >= log_end, "O8: WAL not durable");
+        assert!(
+            self.wal().synced_lsn() >= durable_to,
+            "O8/O9: WAL not durable through {durable_to:?} before the superblock"
+        );
         // Nothing to persist: no new superblock, unless compaction asks
         // for the system tree and the blob below a limit (they may lie
         // past it although no CF changed: a step that moved no CF page

@@ -518,7 +518,7 @@ impl DbShared {
             return Ok(0);
         }
         // The data did not change: the record carries no operation.
-        let payload = st.log.take().map(|enc| enc.finish());
+        let payload = st.finish_log();
         let r = self.commit(cf, &mut st, lock, Durability::None, payload);
         if r.is_err() {
             st.pages.rollback();

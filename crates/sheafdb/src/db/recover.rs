@@ -28,7 +28,7 @@ use crate::format::records::TableMeta;
 use crate::txn::pages::TxnPages;
 use crate::txn::state::{check_table_name, lookup_table};
 use crate::txn::{CfShared, TableState, WriteState};
-use crate::types::{CfId, Lsn, TableId, COUNTER_LIMIT};
+use crate::types::{CfId, IdMap, Lsn, TableId, COUNTER_LIMIT};
 use crate::wal::record::{decode_commit, Op};
 
 /// Replay state of one CF.
@@ -41,6 +41,19 @@ struct CfReplay {
     checkpoint_lsn: Lsn,
     /// Write-set bytes past which replay writes the trees instead.
     fold_bytes: u64,
+    /// Per table with pending writes, their entry-count change as the
+    /// records' `CountChange` ops add it up; `None` once a part wrote the
+    /// table without one (a version-1 record): then the written keys are
+    /// looked up in the tree instead (`resolve_counts`).
+    counts: IdMap<TableId, Option<i64>>,
+    /// Times the pending writes were applied to the trees (a part during
+    /// which this changes has a count that covers applied writes too).
+    trees_written: u64,
+    /// Set by a `FoldRound` record folding past the checkpoint LSN: the
+    /// durable trees may hold some of the replayed writes already, so
+    /// the count changes (relative to the state before each commit) do
+    /// not add up from the trees' counts, and keys are looked up.
+    trees_ahead: bool,
 }
 
 /// Applies WAL records to the CFs of a database being opened.
@@ -131,11 +144,10 @@ impl Replayer {
                 used = true;
                 continue;
             }
-            for op in &part.ops {
-                r.apply(op)?;
-            }
+            r.apply_part(&part.ops)?;
             r.last_lsn = lsn;
-            used = true;
+            // A fold round's marker alone is no replayed commit.
+            used |= !(part.ops.iter()).all(|op| matches!(op, Op::FoldRound { .. }));
         }
         self.applied += used as u64;
         Ok(())
@@ -214,6 +226,9 @@ impl CfReplay {
             last_lsn: Lsn(0),
             checkpoint_lsn,
             fold_bytes: shared.options.buffer_fold_bytes,
+            counts: IdMap::default(),
+            trees_written: 0,
+            trees_ahead: false,
         })
     }
 
@@ -268,12 +283,51 @@ impl CfReplay {
     /// Applies the pending writes to the trees (one sorted batch per
     /// table); the version replay makes is then a tree commit.
     fn write_trees(&mut self) -> Result<()> {
+        self.trees_written += 1;
+        // Applying the writes counts them: later counts start afresh.
+        self.counts.clear();
         self.state.fold_base()?;
         self.state.apply_writes()
     }
 
-    /// Finds each table's count change for a buffered version: one pass
-    /// over the written keys in order, looking each up in the tree.
+    /// Applies the ops of one record part, then adds the part's
+    /// `CountChange`s to the counts of the tables it wrote. A count is
+    /// used only if it covers exactly the pending writes: a table the part
+    /// wrote without one, or a part during which the writes were applied
+    /// to the trees, leaves the table to be looked up.
+    fn apply_part(&mut self, ops: &[Op<'_>]) -> Result<()> {
+        let applied_before = self.trees_written;
+        let mut written: IdMap<TableId, Option<i64>> = IdMap::default();
+        let mut last = None;
+        for op in ops {
+            match *op {
+                Op::Put { table, .. } | Op::Delete { table, .. } if last != Some(table) => {
+                    written.entry(table).or_insert(None);
+                    last = Some(table);
+                }
+                Op::CountChange { table, delta } => {
+                    if let Some(c) = written.get_mut(&table) {
+                        *c = c.unwrap_or(0).checked_add(delta);
+                    }
+                }
+                Op::FoldRound { upto } if upto > self.checkpoint_lsn => self.trees_ahead = true,
+                _ => {}
+            }
+            self.apply(op)?;
+        }
+        let split = self.trees_written != applied_before;
+        for (table, change) in written {
+            let change = change.filter(|_| !split);
+            let sum = self.counts.entry(table).or_insert(Some(0));
+            *sum = sum.zip(change).and_then(|(a, d)| a.checked_add(d));
+        }
+        Ok(())
+    }
+
+    /// Finds each table's count change for a buffered version: the sum of
+    /// its records' `CountChange`s where they cover every pending write,
+    /// else one pass over the written keys in order, looking each up in
+    /// the tree.
     fn resolve_counts(&mut self) -> Result<()> {
         let st = &mut self.state;
         debug_assert_eq!(st.base.buffer.entries(), 0, "replay over a buffer");
@@ -282,8 +336,13 @@ impl CfReplay {
                 .map(|t| t.root())
                 .ok_or_else(|| corrupt(format!("writes to unloaded table {id}")))?;
             let pages = &st.pages;
-            if let Some(w) = st.writes.table_mut(id) {
-                w.resolve(|k| Ok(btree::get(pages, &root, k)?.is_some()))?;
+            let Some(w) = st.writes.table_mut(id) else {
+                continue;
+            };
+            let counted = (!self.trees_ahead).then(|| self.counts.get(&id).copied().flatten());
+            match counted.flatten() {
+                Some(delta) => w.resolve_counted(delta)?,
+                None => w.resolve(|k| Ok(btree::get(pages, &root, k)?.is_some()))?,
             }
         }
         Ok(())
@@ -305,6 +364,8 @@ impl CfReplay {
             } => self.create_table(table, name, key_type, value_type),
             Op::DropTable { table } => self.drop_table(table),
             Op::RenameTable { table, new_name } => self.rename_table(table, new_name),
+            // Read per part by `apply_part`.
+            Op::CountChange { .. } | Op::FoldRound { .. } => Ok(()),
             Op::CreateCf { .. } | Op::DropCf => Err(Error::Unsupported(
                 "column family records in the WAL need a newer sheafdb",
             )),

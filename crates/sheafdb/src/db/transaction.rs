@@ -625,7 +625,7 @@ impl WriteTransaction {
         let mut st = self.core.state()?;
         st.check_not_failed()?;
         self.core.check_none_open()?;
-        let payload = st.log.take().map(|enc| enc.finish());
+        let payload = st.finish_log();
         // Past the database-wide buffer limit (the reservation fails),
         // this commit folds the buffer itself.
         let bufferable = !st.needs_tree_commit()

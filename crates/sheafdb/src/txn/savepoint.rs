@@ -124,6 +124,7 @@ impl WriteState {
         debug_assert!(self.carry.is_none(), "a fold made aside has no savepoints");
         self.catalog_changed = false;
         self.log = Some(CommitEncoder::new());
+        self.log_counts.clear();
         self.failed = None;
     }
 
@@ -195,9 +196,13 @@ impl WriteState {
                 names.insert(table, new_name.to_string());
                 Ok(())
             }
-            Op::ClearTable { .. } | Op::CreateCf { .. } | Op::DropCf => Err(replay_corrupt(
-                format!("an operation write transactions do not log: {op:?}"),
-            )),
+            Op::ClearTable { .. }
+            | Op::CreateCf { .. }
+            | Op::DropCf
+            | Op::CountChange { .. }
+            | Op::FoldRound { .. } => Err(replay_corrupt(format!(
+                "an operation write transactions do not log: {op:?}"
+            ))),
         }
     }
 }

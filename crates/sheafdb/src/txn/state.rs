@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
 use crate::lock_rank::{ranks, suspend, RankedGuard, RankedMutex, Suspended};
 use crate::pager::space::PageSpace;
-use crate::types::{CfId, TableId};
+use crate::types::{CfId, IdMap, TableId};
 use crate::wal::record::{CommitEncoder, Op};
 
 use super::pages::TxnPages;
@@ -186,6 +186,10 @@ pub(crate) struct WriteState {
     /// transaction outgrew `log_max_bytes` and will commit by a direct
     /// checkpoint instead.
     pub log: Option<CommitEncoder>,
+    /// Per table written while `log` is kept, the change in its entry
+    /// count the logged writes made: appended to the record at commit as
+    /// `Op::CountChange`, so replay need not look keys up in the trees.
+    pub log_counts: IdMap<TableId, i64>,
     pub log_max_bytes: usize,
     /// Set when an operation failed after it may have changed pages: the
     /// WAL record and the pages may disagree, so only abort is allowed.
@@ -223,6 +227,7 @@ impl WriteState {
             carry: None,
             catalog_changed: false,
             log: log_max_bytes.map(|_| CommitEncoder::new()),
+            log_counts: IdMap::default(),
             log_max_bytes: log_max_bytes.unwrap_or(0),
             failed: None,
             savepoints: Vec::new(),
@@ -330,6 +335,19 @@ impl WriteState {
                 self.log = None;
             }
         }
+    }
+
+    /// The finished WAL record (`None` if the transaction outgrew it): the
+    /// logged operations, then each written table's count change, by table
+    /// id so the bytes do not depend on hash order.
+    pub fn finish_log(&mut self) -> Option<Vec<u8>> {
+        let mut enc = self.log.take()?;
+        let mut counts: Vec<(TableId, i64)> = self.log_counts.drain().collect();
+        counts.sort_unstable();
+        for (table, delta) in counts {
+            enc.push_for(self.cf, &Op::CountChange { table, delta });
+        }
+        Some(enc.finish())
     }
 
     /// Writes the metadata of every changed table into the catalog.
@@ -729,6 +747,10 @@ impl WriteState {
             }),
             None => self.log(&Op::Delete { table: id, key }),
         }
+        if self.log.is_some() {
+            let change = i64::from(value.is_some()) - i64::from(old.is_some());
+            *self.log_counts.entry(id).or_default() += change;
+        }
         let table = self.tables.values_mut().find(|t| t.meta.id == id);
         if let Some(t) = table.filter(|t| t.direct) {
             // Direct mode: the write goes to the tree now.
@@ -804,6 +826,8 @@ impl WriteState {
         };
         self.catalog_drop(name, &meta).map_err(|e| self.fail(e))?;
         self.log(&Op::DropTable { table: meta.id });
+        // Its writes died with it: no count change to log.
+        self.log_counts.remove(&meta.id);
         Ok(true)
     }
 

@@ -8,7 +8,7 @@
 //! # Layout (little-endian)
 //!
 //! ```text
-//! payload := version:u8 (=1) part_count:u32 part*
+//! payload := version:u8 (=2; 1 is read too) part_count:u32 part*
 //! part    := cf:u64 op_count:u32 op*
 //! op      := tag:u8 fields
 //! bytes   := len:u32 data[len]          (str: bytes holding UTF-8)
@@ -24,6 +24,15 @@
 //! | 6 | `RenameTable` | table:u64, new_name:str |
 //! | 7 | `CreateCf` | name:str (the part's `cf` is the new CF's id) |
 //! | 8 | `DropCf` | — |
+//! | 9 | `CountChange` | table:u64, delta:i64 |
+//! | 10 | `FoldRound` | upto:u64 (an LSN) |
+//!
+//! Version 2 added `CountChange`: a commit ends each part with one per
+//! table it wrote, the change in that table's entry count the part's
+//! writes made (so replay never reads a tree to keep `len()` O(1); see
+//! `db::recover`). A version-1 record has none, and replay then looks the
+//! written keys up instead. Version 2 also added `FoldRound`, the record
+//! of a fold round that leaves more to fold. Versions above 2 are refused.
 //!
 //! A CF may appear in several parts (an incremental encoder starts a new
 //! part whenever the CF changes); parts and ops apply in record order.
@@ -34,9 +43,11 @@
 
 use crate::error::{Error, Result};
 use crate::format::codec::{self, Reader};
-use crate::types::{CfId, TableId};
+use crate::types::{CfId, Lsn, TableId};
 
-const PAYLOAD_VERSION: u8 = 1;
+const PAYLOAD_VERSION: u8 = 2;
+/// The oldest payload version still read (no `CountChange` ops).
+const OLDEST_PAYLOAD_VERSION: u8 = 1;
 /// Offset of the part count in a payload (after the version byte).
 const PART_COUNT_AT: usize = 1;
 /// Bytes before the first part: version and part count.
@@ -56,6 +67,8 @@ const TAG_DROP_TABLE: u8 = 5;
 const TAG_RENAME_TABLE: u8 = 6;
 const TAG_CREATE_CF: u8 = 7;
 const TAG_DROP_CF: u8 = 8;
+const TAG_COUNT_CHANGE: u8 = 9;
+const TAG_FOLD_ROUND: u8 = 10;
 
 /// One logical operation of a commit, borrowing its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +124,24 @@ pub enum Op<'a> {
     },
     /// Drop the part's CF.
     DropCf,
+    /// The writes of this part (its `Put`s and `Delete`s of `table`)
+    /// changed the table's entry count by `delta`. Written after them, at
+    /// commit; advisory: replay uses it instead of reading the tree, and
+    /// the fold that later applies the writes checks it.
+    CountChange {
+        /// The table.
+        table: TableId,
+        /// Entries added minus entries removed.
+        delta: i64,
+    },
+    /// A fold round that left more to fold: from this record on, the
+    /// part's CF may have trees holding some writes of the records up to
+    /// `upto` while their durable base is older (design.md "Fold
+    /// rounds"), so replay over such a base cannot use `CountChange`s.
+    FoldRound {
+        /// The LSN the rounds fold up to (the fold's `upto_lsn`).
+        upto: Lsn,
+    },
 }
 
 /// The operations of one column family within a commit.
@@ -347,6 +378,15 @@ fn encode_op(op: &Op<'_>, out: &mut Vec<u8>) {
             put_bytes(out, name.as_bytes());
         }
         Op::DropCf => out.push(TAG_DROP_CF),
+        Op::CountChange { table, delta } => {
+            out.push(TAG_COUNT_CHANGE);
+            put_u64(out, table.0);
+            out.extend_from_slice(&delta.to_le_bytes());
+        }
+        Op::FoldRound { upto } => {
+            out.push(TAG_FOLD_ROUND);
+            put_u64(out, upto.0);
+        }
     }
 }
 
@@ -378,9 +418,10 @@ pub fn merge_payloads(payloads: &[Option<Vec<u8>>]) -> Option<Vec<u8>> {
 pub fn decode_commit(payload: &[u8]) -> Result<Vec<CfPart<'_>>> {
     let mut r = Reader::new(payload, WHAT);
     let version = r.u8()?;
-    if version != PAYLOAD_VERSION {
+    if !(OLDEST_PAYLOAD_VERSION..=PAYLOAD_VERSION).contains(&version) {
         return Err(corrupted(format!(
-            "unknown commit payload version {version}"
+            "unknown commit payload version {version} (this sheafdb reads \
+             {OLDEST_PAYLOAD_VERSION} to {PAYLOAD_VERSION})"
         )));
     }
     let part_count = r.count(MIN_PART_BYTES)?;
@@ -432,6 +473,13 @@ fn decode_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>> {
         },
         TAG_CREATE_CF => Op::CreateCf { name: read_str(r)? },
         TAG_DROP_CF => Op::DropCf,
+        TAG_COUNT_CHANGE => Op::CountChange {
+            table: TableId(r.u64()?),
+            delta: i64::from_le_bytes(r.u64()?.to_le_bytes()),
+        },
+        TAG_FOLD_ROUND => Op::FoldRound {
+            upto: Lsn(r.u64()?),
+        },
         other => return Err(corrupted(format!("unknown op tag {other}"))),
     };
     Ok(op)
@@ -495,6 +543,8 @@ mod tests {
         Rename(u64, String),
         CreateCf(String),
         DropCf,
+        Count(u64, i64),
+        FoldRound(u64),
     }
 
     impl OwnedOp {
@@ -523,6 +573,11 @@ mod tests {
                 },
                 OwnedOp::CreateCf(n) => Op::CreateCf { name: n },
                 OwnedOp::DropCf => Op::DropCf,
+                OwnedOp::Count(t, d) => Op::CountChange {
+                    table: TableId(*t),
+                    delta: *d,
+                },
+                OwnedOp::FoldRound(l) => Op::FoldRound { upto: Lsn(*l) },
             }
         }
     }
@@ -540,6 +595,8 @@ mod tests {
             (any::<u64>(), text()).prop_map(|(t, n)| OwnedOp::Rename(t, n)),
             text().prop_map(OwnedOp::CreateCf),
             Just(OwnedOp::DropCf),
+            (any::<u64>(), any::<i64>()).prop_map(|(t, d)| OwnedOp::Count(t, d)),
+            any::<u64>().prop_map(OwnedOp::FoldRound),
         ]
     }
 
@@ -602,6 +659,38 @@ mod tests {
             if let Err(e) = decode_commit(&out) {
                 prop_assert!(e.is_corrupted());
             }
+        }
+    }
+
+    #[test]
+    fn version_one_payloads_are_read_and_newer_ones_refused() {
+        let put = Op::Put {
+            table: TableId(1),
+            key: b"k",
+            value: b"v",
+        };
+        let mut enc = CommitEncoder::new();
+        enc.push_for(CfId(2), &put);
+        let mut bytes = enc.finish();
+        assert_eq!(bytes[0], PAYLOAD_VERSION);
+        bytes[0] = OLDEST_PAYLOAD_VERSION;
+        assert_eq!(decode_commit(&bytes).unwrap()[0].ops, vec![put]);
+        bytes[0] = PAYLOAD_VERSION + 1;
+        let e = decode_commit(&bytes).unwrap_err();
+        assert!(e.is_corrupted(), "{e}");
+        assert!(e.to_string().contains("version 3"), "{e}");
+    }
+
+    #[test]
+    fn count_changes_keep_their_sign() {
+        for delta in [i64::MIN, -1, 0, 1, i64::MAX] {
+            let op = Op::CountChange {
+                table: TableId(7),
+                delta,
+            };
+            let mut enc = CommitEncoder::new();
+            enc.push_for(CfId(1), &op);
+            assert_eq!(decode_commit(&enc.finish()).unwrap()[0].ops, vec![op]);
         }
     }
 
