@@ -202,6 +202,26 @@ impl MemBuffer {
     /// The key is shared, not copied, when the caller has it shared.
     pub fn insert(&self, table: TableId, key: impl Into<Arc<[u8]>>, version: Version, slot: Slot) {
         let key: Arc<[u8]> = key.into();
+        let w = write_set::Prepared {
+            prefix: key_prefix(&key),
+            hash: hash(table, &key),
+            key,
+            slot,
+        };
+        self.insert_prepared(table, w, version);
+    }
+
+    /// [`MemBuffer::insert`] of a write whose key's prefix and hash its
+    /// write set kept: the key's bytes are not read.
+    pub fn insert_prepared(&self, table: TableId, w: write_set::Prepared, version: Version) {
+        debug_assert_eq!(w.prefix, key_prefix(&w.key), "a stale key prefix");
+        debug_assert_eq!(w.hash, hash(table, &w.key), "a stale key hash");
+        let write_set::Prepared {
+            key,
+            prefix,
+            hash: h,
+            slot,
+        } = w;
         assert!(
             !self.frozen.load(Ordering::Acquire),
             "insert into a frozen buffer"
@@ -214,10 +234,10 @@ impl MemBuffer {
         );
         let charge =
             key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
-        self.filter.add(hash(table, &key));
+        self.filter.add(h);
         let k = BufKey {
             table,
-            prefix: key_prefix(&key),
+            prefix,
             key,
             rev: u64::MAX - version.0,
         };

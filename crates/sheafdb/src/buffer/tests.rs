@@ -312,9 +312,7 @@ fn walk(
         } else {
             rng.gen_bool(0.5)
         };
-        let empty = super::write_set::TableWrites::default();
-        let writes = stack.writes.table(T1).unwrap_or(&empty);
-        let mut l0 = WritesLayer(Some(writes));
+        let mut l0 = WritesLayer(stack.writes.table(T1));
         let mut l1 = newer.with(&stack.newer, T1, at);
         let mut l2 = BufferLayer {
             buf: &stack.older,
@@ -409,7 +407,7 @@ fn a_write_sets_sorted_view_matches_a_model() {
         }
         let mut got: Vec<(Vec<u8>, Slot)> = Vec::new();
         if let Some(w) = ws.take_table(T1) {
-            w.into_key_order(|k, s| got.push((k.to_vec(), s)));
+            w.into_key_order(|w| got.push((w.key.to_vec(), w.slot)));
         }
         let want: Vec<(Vec<u8>, Slot)> = model.into_iter().collect();
         assert_eq!(got, want, "seed {seed}");

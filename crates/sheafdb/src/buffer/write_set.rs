@@ -13,13 +13,14 @@
 use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
-use std::hash::BuildHasher;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::HashTable;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::filter;
 use super::{Held, Slot};
+use crate::btree::key_prefix;
 use crate::types::{IdMap, TableId};
 
 /// Bytes charged per pending write on top of its key and value (map node
@@ -46,18 +47,10 @@ pub struct OrdKey {
 impl OrdKey {
     fn new(key: Arc<[u8]>) -> OrdKey {
         OrdKey {
-            prefix: prefix_of(&key),
+            prefix: key_prefix(&key),
             key,
         }
     }
-}
-
-/// The first eight bytes of `key`, big-endian, zero-padded.
-fn prefix_of(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
 }
 
 impl PartialEq for OrdKey {
@@ -74,7 +67,7 @@ impl PartialOrd for OrdKey {
     }
 }
 
-/// Byte order of two keys given with their [`prefix_of`]: one integer
+/// Byte order of two keys given with their [`key_prefix`]: one integer
 /// compare unless the first eight bytes tie.
 fn key_order(a: (u64, &[u8]), b: (u64, &[u8])) -> Ordering {
     let ord = a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1));
@@ -115,16 +108,32 @@ impl Order {
     }
 }
 
-/// One key's last write, with the key's hash (so growing the table never
-/// reads the key again) and its [`prefix_of`] (so sorting the writes
-/// mostly compares integers beside each other instead of reading every
-/// key where the heap put it).
+/// One key's last write, with the key's hash (`filter::hash` of table
+/// and key: growing the table never reads the key again, and the buffer's
+/// filter takes it as is) and its [`key_prefix`] (sorting the writes
+/// mostly compares integers beside each other, and the buffer keeps it in
+/// its node): a buffered commit moves its writes into the buffer without
+/// reading a key's bytes where the heap put them, long out of cache.
 #[derive(Debug)]
 struct Written {
     hash: u64,
     prefix: u64,
     key: Arc<[u8]>,
     slot: Slot,
+}
+
+/// A write leaving its write set for a buffer, with what the buffer
+/// would otherwise compute from the key's bytes.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The key.
+    pub key: Arc<[u8]>,
+    /// `btree::key_prefix(&key)`.
+    pub prefix: u64,
+    /// `filter::hash(table, &key)`.
+    pub hash: u64,
+    /// The write.
+    pub slot: Slot,
 }
 
 /// Key order of two writes.
@@ -135,10 +144,11 @@ fn written_order(a: &Written, b: &Written) -> Ordering {
 /// The writes of one table: a hash table from key to its last write (point
 /// reads, which every insert and remove makes for the old value, cost one
 /// hash probe) and the keys' order, built as ordered reads need it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TableWrites {
+    /// The table (part of every key's hash).
+    table: TableId,
     map: HashTable<Written>,
-    hasher: DefaultHashBuilder,
     order: RefCell<Order>,
     delta: i64,
     /// Set by a write whose key's earlier presence was not given (WAL
@@ -148,8 +158,19 @@ pub struct TableWrites {
 }
 
 impl TableWrites {
+    fn new(table: TableId) -> TableWrites {
+        TableWrites {
+            table,
+            map: HashTable::new(),
+            order: RefCell::default(),
+            delta: 0,
+            blind: false,
+            bytes: 0,
+        }
+    }
+
     fn find(&self, key: &[u8]) -> Option<&Written> {
-        let hash = self.hasher.hash_one(key);
+        let hash = filter::hash(self.table, key);
         self.map.find(hash, |w| *w.key == *key)
     }
 
@@ -250,14 +271,20 @@ impl TableWrites {
     /// search retraces the last one's path through the cache. A single
     /// write is passed with no sort and no allocation (a single-row
     /// commit).
-    pub fn into_key_order(self, mut f: impl FnMut(Arc<[u8]>, Slot)) {
+    pub fn into_key_order(self, mut f: impl FnMut(Prepared)) {
+        let prepared = |w: Written| Prepared {
+            key: w.key,
+            prefix: w.prefix,
+            hash: w.hash,
+            slot: w.slot,
+        };
         if self.map.len() <= 1 {
-            self.map.into_iter().for_each(|w| f(w.key, w.slot));
+            self.map.into_iter().for_each(|w| f(prepared(w)));
             return;
         }
         let mut v: Vec<Written> = self.map.into_iter().collect();
         v.sort_unstable_by(written_order);
-        v.into_iter().for_each(|w| f(w.key, w.slot));
+        v.into_iter().for_each(|w| f(prepared(w)));
     }
 
     /// The writes in key order, consuming them (to apply them).
@@ -280,7 +307,7 @@ impl TableWrites {
             None => self.blind = true,
         }
         let add = charge(key, &slot);
-        let hash = self.hasher.hash_one(key);
+        let hash = filter::hash(self.table, key);
         let sub = match self.map.find_mut(hash, |w| *w.key == *key) {
             Some(old) => {
                 let sub = charge(key, &old.slot);
@@ -327,7 +354,7 @@ impl WriteSet {
         let change = self
             .tables
             .entry(table)
-            .or_default()
+            .or_insert_with(|| TableWrites::new(table))
             .record(key, slot, Some(existed));
         self.bytes = self
             .bytes
@@ -340,7 +367,8 @@ impl WriteSet {
     /// per record): the table's count change is computed later, by
     /// [`TableWrites::resolve`], or by applying the writes.
     pub fn record_blind(&mut self, table: TableId, key: &[u8], slot: Slot) {
-        let change = (self.tables.entry(table).or_default()).record(key, slot, None);
+        let writes = (self.tables.entry(table)).or_insert_with(|| TableWrites::new(table));
+        let change = writes.record(key, slot, None);
         self.bytes = (self.bytes.checked_add_signed(change)).expect("write-set bytes below zero");
     }
 

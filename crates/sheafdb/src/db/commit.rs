@@ -740,7 +740,7 @@ pub(super) fn install_buffered(
         // paths through the skip list (500,000 removes in random order
         // spent a third of the commit searching it). Moved, not cloned:
         // the commit is done with its write set.
-        w.into_key_order(|key, value| base.buffer.insert(id, key, version, value));
+        w.into_key_order(|w| base.buffer.insert_prepared(id, w, version));
         *deltas.entry(id).or_default() += delta;
     }
     debug_assert_eq!(

@@ -54,6 +54,9 @@ struct CfReplay {
     /// the count changes (relative to the state before each commit) do
     /// not add up from the trees' counts, and keys are looked up.
     trees_ahead: bool,
+    /// Scratch of `apply_part`: the tables the part wrote, with their
+    /// count change if it logged one.
+    part_tables: IdMap<TableId, Option<i64>>,
 }
 
 /// Applies WAL records to the CFs of a database being opened.
@@ -229,6 +232,7 @@ impl CfReplay {
             counts: IdMap::default(),
             trees_written: 0,
             trees_ahead: false,
+            part_tables: IdMap::default(),
         })
     }
 
@@ -297,7 +301,9 @@ impl CfReplay {
     /// to the trees, leaves the table to be looked up.
     fn apply_part(&mut self, ops: &[Op<'_>]) -> Result<()> {
         let applied_before = self.trees_written;
-        let mut written: IdMap<TableId, Option<i64>> = IdMap::default();
+        // Reused from part to part: no allocation per record.
+        let mut written = std::mem::take(&mut self.part_tables);
+        written.clear();
         let mut last = None;
         for op in ops {
             match *op {
@@ -316,11 +322,12 @@ impl CfReplay {
             self.apply(op)?;
         }
         let split = self.trees_written != applied_before;
-        for (table, change) in written {
+        for (&table, &change) in &written {
             let change = change.filter(|_| !split);
             let sum = self.counts.entry(table).or_insert(Some(0));
             *sum = sum.zip(change).and_then(|(a, d)| a.checked_add(d));
         }
+        self.part_tables = written;
         Ok(())
     }
 
