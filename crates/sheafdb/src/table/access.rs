@@ -23,7 +23,6 @@ use crate::table::types::{Key, Value};
 use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfVersion, WriteCore, WriteState};
 use crate::types::TableId;
-use crate::wal::record::Op;
 
 /// Declares a guard type: stored bytes of one key or value, decoded on
 /// demand by `$decode` (validated once when the guard is made).
@@ -481,12 +480,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         st.check_not_failed()?;
         btree::check_limits(btree::store::PageRead::page_size(&st.pages), &k, &v)?;
         let put = |p: &mut TxnPages, r: &mut TreeRoot| btree::insert(p, r, &k, &v);
-        let log = |st: &mut WriteState, table, _: &_| {
-            st.log(&Op::Put {
-                table,
-                key: &k,
-                value: &v,
-            })
+        let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
+            st.log_write(table, &k, Some(&v), old.is_some());
         };
         if let Some(old) = self.direct(&mut st, put, log) {
             return page_value(old?);
@@ -511,7 +506,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let del = |p: &mut TxnPages, r: &mut TreeRoot| btree::remove(p, r, &k);
         let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
             if old.is_some() {
-                st.log(&Op::Delete { table, key: &k })
+                st.log_write(table, &k, None, true);
             }
         };
         if let Some(old) = self.direct(&mut st, del, log) {

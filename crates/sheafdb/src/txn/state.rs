@@ -350,6 +350,25 @@ impl WriteState {
         Some(enc.finish())
     }
 
+    /// Logs that `key` of table `id` becomes `value` (`None`: removed;
+    /// `existed`: it had a value just before) and adds the write's count
+    /// change to the table's `log_counts`. Every logged put and removal
+    /// goes through here, so the record's `CountChange`s cover them all.
+    pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
+        match value {
+            Some(value) => self.log(&Op::Put {
+                table: id,
+                key,
+                value,
+            }),
+            None => self.log(&Op::Delete { table: id, key }),
+        }
+        if self.log.is_some() {
+            let change = i64::from(value.is_some()) - i64::from(existed);
+            *self.log_counts.entry(id).or_default() += change;
+        }
+    }
+
     /// Writes the metadata of every changed table into the catalog.
     pub fn flush_tables(&mut self) -> Result<()> {
         let mut dirty: Vec<(&String, &mut TableState)> =
@@ -739,18 +758,7 @@ impl WriteState {
         value: Option<&[u8]>,
         old: &Option<Held>,
     ) -> Result<()> {
-        match value {
-            Some(value) => self.log(&Op::Put {
-                table: id,
-                key,
-                value,
-            }),
-            None => self.log(&Op::Delete { table: id, key }),
-        }
-        if self.log.is_some() {
-            let change = i64::from(value.is_some()) - i64::from(old.is_some());
-            *self.log_counts.entry(id).or_default() += change;
-        }
+        self.log_write(id, key, value, old.is_some());
         let table = self.tables.values_mut().find(|t| t.meta.id == id);
         if let Some(t) = table.filter(|t| t.direct) {
             // Direct mode: the write goes to the tree now.
