@@ -528,7 +528,10 @@ mod tests {
                 key: b"k"
             }]
         );
-        assert_eq!(merge_payloads(&[Some(vec![1, 0, 0, 0, 0]), None]), None);
+        assert_eq!(
+            merge_payloads(&[Some(vec![PAYLOAD_VERSION, 0, 0, 0, 0]), None]),
+            None
+        );
         assert_eq!(merge_payloads(&[]), None);
     }
 
