@@ -355,6 +355,16 @@ impl DbShared {
         ));
         st.base = head;
         let payload = st.finish_log();
+        let logged = (payload.as_ref())
+            .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
+        if !last && !logged {
+            // Committed directly, this round's trees would be durable with
+            // no `FoldRound` marker for replay to see. Never with a record
+            // limit of at least `MIN_WAL_RECORD_BYTES`.
+            debug_assert!(false, "a fold round's marker record did not fit the WAL");
+            st.pages.rollback();
+            return Ok(Fold::Busy);
+        }
         let result = self.commit_trees(cf, &mut st, lock, Durability::None, payload);
         if result.is_err() {
             st.pages.rollback();

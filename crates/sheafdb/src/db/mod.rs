@@ -59,6 +59,11 @@ pub use transaction::{
 };
 
 /// The system CF's extents: small, they hold only metadata.
+/// The least [`Builder::wal_record_max_bytes`] takes: every record the
+/// engine writes for itself (a fold round's marker, a column family's
+/// creation) fits in it.
+pub const MIN_WAL_RECORD_BYTES: usize = 4096;
+
 const SYS_EXTENT_POLICY: ExtentPolicy = ExtentPolicy {
     first_pages: 16,
     max_pages: 1024,
@@ -376,9 +381,10 @@ impl Builder {
 
     /// Transactions whose WAL record would exceed this commit by a direct
     /// checkpoint instead (default 32 MiB, capped by what one WAL segment
-    /// holds).
+    /// holds; at least [`MIN_WAL_RECORD_BYTES`], so the engine's own small
+    /// records, such as a fold round's, are always logged).
     pub fn wal_record_max_bytes(mut self, bytes: usize) -> Self {
-        self.options.wal_record_max_bytes = bytes;
+        self.options.wal_record_max_bytes = bytes.max(MIN_WAL_RECORD_BYTES);
         self
     }
 

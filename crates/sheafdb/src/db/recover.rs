@@ -43,20 +43,18 @@ struct CfReplay {
     fold_bytes: u64,
     /// Per table with pending writes, their entry-count change as the
     /// records' `CountChange` ops add it up; `None` once a part wrote the
-    /// table without one (a version-1 record): then the written keys are
-    /// looked up in the tree instead (`resolve_counts`).
+    /// table without one (a version-1 record) or the sum overflowed: then
+    /// the written keys are looked up in the tree instead
+    /// (`resolve_counts`).
     counts: IdMap<TableId, Option<i64>>,
-    /// Times the pending writes were applied to the trees (a part during
-    /// which this changes has a count that covers applied writes too).
-    trees_written: u64,
     /// Set by a `FoldRound` record folding past the checkpoint LSN: the
     /// durable trees may hold some of the replayed writes already, so
     /// the count changes (relative to the state before each commit) do
     /// not add up from the trees' counts, and keys are looked up.
     trees_ahead: bool,
-    /// Scratch of `apply_part`: the tables the part wrote, with their
-    /// count change if it logged one.
-    part_tables: IdMap<TableId, Option<i64>>,
+    /// Scratch of `apply_part`: the tables the part wrote, with the count
+    /// change it logged for each.
+    part_tables: IdMap<TableId, PartCount>,
 }
 
 /// Applies WAL records to the CFs of a database being opened.
@@ -197,6 +195,29 @@ impl Replayer {
     }
 }
 
+/// The count change one record part logged for a table it wrote.
+#[derive(Debug, Clone, Copy)]
+enum PartCount {
+    /// No `CountChange` for it (yet).
+    Unlogged,
+    /// The sum of its `CountChange`s.
+    Logged(i64),
+    /// Its `CountChange`s overflowed: no use.
+    Invalid,
+}
+
+impl PartCount {
+    fn add(&mut self, delta: i64) {
+        *self = match *self {
+            PartCount::Unlogged => PartCount::Logged(delta),
+            PartCount::Logged(d) => d
+                .checked_add(delta)
+                .map_or(PartCount::Invalid, PartCount::Logged),
+            PartCount::Invalid => PartCount::Invalid,
+        };
+    }
+}
+
 impl CfReplay {
     /// `Corrupted` unless `name` is a valid table name no table has (a
     /// record naming an existing table would replace its catalog entry).
@@ -230,7 +251,6 @@ impl CfReplay {
             checkpoint_lsn,
             fold_bytes: shared.options.buffer_fold_bytes,
             counts: IdMap::default(),
-            trees_written: 0,
             trees_ahead: false,
             part_tables: IdMap::default(),
         })
@@ -287,20 +307,18 @@ impl CfReplay {
     /// Applies the pending writes to the trees (one sorted batch per
     /// table); the version replay makes is then a tree commit.
     fn write_trees(&mut self) -> Result<()> {
-        self.trees_written += 1;
-        // Applying the writes counts them: later counts start afresh.
+        // Applying the writes counts them, and the version replay makes is
+        // then a tree commit, which never uses the logged counts.
         self.counts.clear();
         self.state.fold_base()?;
         self.state.apply_writes()
     }
 
     /// Applies the ops of one record part, then adds the part's
-    /// `CountChange`s to the counts of the tables it wrote. A count is
-    /// used only if it covers exactly the pending writes: a table the part
-    /// wrote without one, or a part during which the writes were applied
-    /// to the trees, leaves the table to be looked up.
+    /// `CountChange`s to the counts of the tables it wrote. A table the
+    /// part wrote without one (a version-1 record), or whose sum
+    /// overflowed (a crafted record), is left to be looked up.
     fn apply_part(&mut self, ops: &[Op<'_>]) -> Result<()> {
-        let applied_before = self.trees_written;
         // Reused from part to part: no allocation per record.
         let mut written = std::mem::take(&mut self.part_tables);
         written.clear();
@@ -308,12 +326,12 @@ impl CfReplay {
         for op in ops {
             match *op {
                 Op::Put { table, .. } | Op::Delete { table, .. } if last != Some(table) => {
-                    written.entry(table).or_insert(None);
+                    written.entry(table).or_insert(PartCount::Unlogged);
                     last = Some(table);
                 }
                 Op::CountChange { table, delta } => {
                     if let Some(c) = written.get_mut(&table) {
-                        *c = c.unwrap_or(0).checked_add(delta);
+                        c.add(delta);
                     }
                 }
                 Op::FoldRound { upto } if upto > self.checkpoint_lsn => self.trees_ahead = true,
@@ -321,11 +339,12 @@ impl CfReplay {
             }
             self.apply(op)?;
         }
-        let split = self.trees_written != applied_before;
         for (&table, &change) in &written {
-            let change = change.filter(|_| !split);
             let sum = self.counts.entry(table).or_insert(Some(0));
-            *sum = sum.zip(change).and_then(|(a, d)| a.checked_add(d));
+            *sum = match change {
+                PartCount::Logged(d) => sum.and_then(|a| a.checked_add(d)),
+                PartCount::Unlogged | PartCount::Invalid => None,
+            };
         }
         self.part_tables = written;
         Ok(())
