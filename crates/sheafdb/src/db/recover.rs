@@ -139,7 +139,9 @@ impl Replayer {
                     return Err(corrupt("record drops the default column family"));
                 }
                 let mut r = self.cfs.remove(&part.cf).expect("present");
-                // Trees replay wrote for it (a catalog record) die with it.
+                // What replay collected for it since its last version dies
+                // with it; versions it published go with the CF (their
+                // pages are released with it, as a live drop's are).
                 r.state.pages.rollback();
                 self.shared.registry.unregister(&r.cf);
                 used = true;
@@ -147,6 +149,12 @@ impl Replayer {
             }
             r.apply_part(&part.ops)?;
             r.last_lsn = lsn;
+            if r.state.needs_tree_commit() {
+                // A catalog record (or writes past the fold threshold)
+                // wrote the trees: they become a version of their own, and
+                // the records after it collect into the buffer again.
+                r.seal(&self.shared)?;
+            }
             // A fold round's marker alone is no replayed commit.
             used |= !(part.ops.iter()).all(|op| matches!(op, Op::FoldRound { .. }));
         }
@@ -157,39 +165,7 @@ impl Replayer {
     /// Turns every CF's replayed changes into a published version.
     pub(super) fn finish(self) -> Result<()> {
         for (_, mut r) in self.cfs {
-            let bufferable = !r.state.needs_tree_commit();
-            if bufferable && r.state.writes.is_empty() {
-                continue;
-            }
-            if bufferable {
-                r.resolve_counts()?;
-            }
-            // Within the database-wide buffer limit, or the trees are
-            // written (B1 holds from the first version on).
-            let reserved = bufferable
-                .then(|| self.shared.budget.reserve(r.state.buffer_charge()))
-                .flatten();
-            let buffered = reserved.is_some();
-            if !buffered {
-                r.write_trees()?;
-                r.state.flush_tables()?;
-                r.state.pages.check_frees()?;
-            }
-            let mut slot = r.cf.writer.lock();
-            let version = slot.head.version.next();
-            // Replay of this CF resumes after the last applied record.
-            let lsn = Lsn(r.last_lsn.0 + 1);
-            if buffered {
-                // Only puts and removals: they become one buffered version,
-                // and open writes no page (design.md "Write buffer").
-                super::commit::install_buffered(&r.cf, &mut r.state, &mut slot, version, lsn);
-                reserved.into_iter().for_each(|r| r.keep());
-            } else {
-                (self.shared).install_version(&r.cf, &mut r.state, &mut slot, version, lsn);
-            }
-            drop(slot);
-            let shared = &self.shared;
-            r.cf.publish(version, Ok(()), &|v| shared.note_published(r.cf.id, v))?;
+            r.seal(&self.shared)?;
         }
         Ok(())
     }
@@ -219,6 +195,52 @@ impl PartCount {
 }
 
 impl CfReplay {
+    /// Publishes what replay built for this CF since the last seal as one
+    /// version, which its replay resumes after: buffered if it only put
+    /// and removed keys (open writes no page) and the database-wide
+    /// buffer limit allows, else a tree commit. Then goes on from a fresh
+    /// state on that version.
+    fn seal(&mut self, shared: &Arc<DbShared>) -> Result<()> {
+        let bufferable = !self.state.needs_tree_commit();
+        if bufferable && self.state.writes.is_empty() {
+            return Ok(());
+        }
+        if bufferable {
+            self.resolve_counts()?;
+        }
+        // Within the database-wide buffer limit, or the trees are
+        // written (B1 holds from the first version on).
+        let reserved = bufferable
+            .then(|| shared.budget.reserve(self.state.buffer_charge()))
+            .flatten();
+        let buffered = reserved.is_some();
+        if !buffered {
+            self.write_trees()?;
+            self.state.flush_tables()?;
+            self.state.pages.check_frees()?;
+        }
+        let mut slot = self.cf.writer.lock();
+        let version = slot.head.version.next();
+        // Replay of this CF resumes after the last applied record.
+        let lsn = Lsn(self.last_lsn.0 + 1);
+        if buffered {
+            // Only puts and removals: they become one buffered version,
+            // and open writes no page (design.md "Write buffer").
+            super::commit::install_buffered(&self.cf, &mut self.state, &mut slot, version, lsn);
+            reserved.into_iter().for_each(|r| r.keep());
+        } else {
+            shared.install_version(&self.cf, &mut self.state, &mut slot, version, lsn);
+        }
+        let head = slot.head.clone();
+        drop(slot);
+        let id = self.cf.id;
+        self.cf
+            .publish(version, Ok(()), &|v| shared.note_published(id, v))?;
+        self.state = WriteState::new(shared.space.clone(), &self.cf, head, None);
+        self.counts.clear();
+        Ok(())
+    }
+
     /// `Corrupted` unless `name` is a valid table name no table has (a
     /// record naming an existing table would replace its catalog entry).
     fn check_new_name(&self, name: &str) -> Result<()> {
