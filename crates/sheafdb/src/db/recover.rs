@@ -2,16 +2,18 @@
 //!
 //! Records are applied in LSN order. A CF's part of a record is applied
 //! only if the record starts at or after the CF's checkpoint LSN (older
-//! ones are already in its durable base). All replayed changes of a CF
-//! become one new version. Puts and removals go into a write set without
-//! reading the tree (blind writes: nothing per record but decoding and a
-//! hash probe), and that version is a buffered one (no page written at
-//! open; the next checkpoint folds it; the count changes are found by one
-//! sorted pass over the written keys), unless a catalog operation came or
-//! the write set passed the fold threshold: then the pending writes are
-//! applied to the trees as one sorted batch, later ones keep collecting,
-//! and the version's pages stay dirty until the next checkpoint, exactly
-//! like ordinary tree commits.
+//! ones are already in its durable base). Puts and removals go into a
+//! write set without reading the tree (blind writes: nothing per record
+//! but decoding and a hash probe; the count changes come from the
+//! records' `CountChange` ops, or one sorted pass over the written keys),
+//! and the CF's replayed changes become a buffered version (no page
+//! written at open; the next checkpoint folds it). A catalog operation,
+//! or a write set past the fold threshold, applies the pending writes to
+//! the trees as one sorted batch; the next record that puts or removes
+//! keys first seals what was built as a version of its own, a tree commit
+//! whose pages stay dirty until the next checkpoint, exactly like
+//! ordinary tree commits (`CfReplay::seal`), and the writes after it are
+//! buffered again. A run of catalog records shares one version.
 //!
 //! Operations name tables by `TableId`; the replayer keeps an id → name map
 //! per CF built from the catalog and updated by create/drop/rename records.
@@ -140,21 +142,24 @@ impl Replayer {
                 }
                 let mut r = self.cfs.remove(&part.cf).expect("present");
                 // What replay collected for it since its last version dies
-                // with it; versions it published go with the CF (their
-                // pages are released with it, as a live drop's are).
+                // with it; versions it sealed go with the CF (their pages
+                // are released at the next checkpoint, as a live drop's).
                 r.state.pages.rollback();
                 self.shared.registry.unregister(&r.cf);
                 used = true;
                 continue;
             }
-            r.apply_part(&part.ops)?;
-            r.last_lsn = lsn;
-            if r.state.needs_tree_commit() {
-                // A catalog record (or writes past the fold threshold)
-                // wrote the trees: they become a version of their own, and
-                // the records after it collect into the buffer again.
+            let writes =
+                (part.ops.iter()).any(|op| matches!(op, Op::Put { .. } | Op::Delete { .. }));
+            if writes && r.state.needs_tree_commit() {
+                // Earlier records wrote the trees (a catalog record, or
+                // writes past the fold threshold): they become a version
+                // of their own first, so these writes can be buffered
+                // again. Lazily: a run of catalog records shares one.
                 r.seal(&self.shared)?;
             }
+            r.apply_part(&part.ops)?;
+            r.last_lsn = lsn;
             // A fold round's marker alone is no replayed commit.
             used |= !(part.ops.iter()).all(|op| matches!(op, Op::FoldRound { .. }));
         }
