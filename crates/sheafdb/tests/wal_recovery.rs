@@ -584,16 +584,26 @@ fn replay_reads_no_leaf_to_count_the_replayed_writes() -> Result<()> {
         open_ops < 60,
         "the reopen made {open_ops} storage operations: replay read the tree"
     );
+    assert_replayed_table(&db, T, &model)
+}
+
+/// Table `def` of `db` holds exactly `model`, `len()` agrees, and after
+/// a checkpoint (whose fold checks the replayed count changes against
+/// the trees, design 15.2) the file passes `check_integrity`.
+fn assert_replayed_table(
+    db: &Database,
+    def: TableDefinition<u64, u64>,
+    model: &BTreeMap<u64, u64>,
+) -> Result<()> {
     let rx = db.begin_read()?;
-    let t = rx.open_table(T)?;
-    assert_eq!(t.len()?, model.len() as u64);
+    let t = rx.open_table(def)?;
     let got: BTreeMap<u64, u64> = t
         .iter()?
         .map(|e| e.map(|(k, v)| (k.value(), v.value())))
         .collect::<Result<_>>()?;
-    assert_eq!(got, model);
+    assert_eq!(&got, model);
+    assert_eq!(t.len()?, model.len() as u64);
     drop((t, rx));
-    // The fold checks the logged counts against the trees (design 15.2).
     db.checkpoint()?;
     db.check_integrity()?;
     Ok(())
@@ -647,16 +657,5 @@ fn count_changes_cover_writes_made_after_a_spill() -> Result<()> {
     drop(db);
     let db = open(&crashed)?;
     assert_eq!(db.replayed_records(), 1);
-    let rx = db.begin_read()?;
-    let t = rx.open_table(T)?;
-    let got: BTreeMap<u64, u64> = t
-        .iter()?
-        .map(|e| e.map(|(k, v)| (k.value(), v.value())))
-        .collect::<Result<_>>()?;
-    assert_eq!(got, model);
-    assert_eq!(t.len()?, model.len() as u64);
-    drop((t, rx));
-    db.checkpoint()?;
-    db.check_integrity()?;
-    Ok(())
+    assert_replayed_table(&db, T, &model)
 }

@@ -1186,6 +1186,40 @@ fn folds_into_a_packed_table_keep_it_packed_and_the_file_close_to_it() -> Result
     Ok(())
 }
 
+/// Loads keys 0..3000 (value = key) into `T` and checkpoints, then
+/// commits 30 buffered transactions of updates and removals all over the
+/// key space (which keys are removed depends on `seed`); returns the
+/// table's contents.
+fn loaded_then_scattered(db: &Database, seed: u64) -> std::collections::BTreeMap<u64, u64> {
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(T).unwrap();
+        for k in 0..3000u64 {
+            t.insert(k, k).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db.checkpoint().unwrap();
+    let mut model: std::collections::BTreeMap<u64, u64> = (0..3000).map(|k| (k, k)).collect();
+    for i in 0..30u64 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(T).unwrap();
+            for k in (i..3000).step_by(37) {
+                if (k + seed).is_multiple_of(3) {
+                    t.remove(k).unwrap();
+                    model.remove(&k);
+                } else {
+                    t.insert(k, k * 10 + i).unwrap();
+                    model.insert(k, k * 10 + i);
+                }
+            }
+        }
+        tx.commit().unwrap();
+    }
+    model
+}
+
 /// A fold in rounds (design.md "Fold rounds"), stopped between rounds:
 /// reads, `len()`, an older snapshot, new buffered commits, a tree commit
 /// (which folds the rest at once), `check_integrity` and a crash (replay
@@ -1201,33 +1235,7 @@ fn a_fold_in_rounds_is_exact_between_rounds() {
         let db = b()
             .create_with_vfs(Arc::new(vfs.clone()), "r.sheaf")
             .unwrap();
-        let tx = db.begin_write().unwrap();
-        {
-            let mut t = tx.open_table(T).unwrap();
-            for k in 0..3000u64 {
-                t.insert(k, k).unwrap();
-            }
-        }
-        tx.commit().unwrap();
-        db.checkpoint().unwrap();
-        let mut model: Model = (0..3000).map(|k| (k, k)).collect();
-        // Buffered: updates and removals all over the key space.
-        for i in 0..30u64 {
-            let tx = db.begin_write().unwrap();
-            {
-                let mut t = tx.open_table(T).unwrap();
-                for k in (i..3000).step_by(37) {
-                    if (k + seed) % 3 == 0 {
-                        t.remove(k).unwrap();
-                        model.remove(&k);
-                    } else {
-                        t.insert(k, k * 10 + i).unwrap();
-                        model.insert(k, k * 10 + i);
-                    }
-                }
-            }
-            tx.commit().unwrap();
-        }
+        let mut model = loaded_then_scattered(&db, seed);
         let before = (db.begin_read().unwrap(), rows(&model));
         let mut rounds = 0;
         while rounds < 3 && db.fold_step().unwrap() {
@@ -1627,29 +1635,7 @@ fn a_tiny_record_limit_still_logs_fold_rounds() {
     let db = b()
         .create_with_vfs(Arc::new(vfs.clone()), "r.sheaf")
         .unwrap();
-    let tx = db.begin_write().unwrap();
-    {
-        let mut t = tx.open_table(T).unwrap();
-        for k in 0..3000u64 {
-            t.insert(k, k).unwrap();
-        }
-    }
-    tx.commit().unwrap();
-    db.checkpoint().unwrap();
-    for i in 0..30u64 {
-        let tx = db.begin_write().unwrap();
-        {
-            let mut t = tx.open_table(T).unwrap();
-            for k in (i..3000).step_by(37) {
-                if k % 3 == 0 {
-                    t.remove(k).unwrap();
-                } else {
-                    t.insert(k, k * 10 + i).unwrap();
-                }
-            }
-        }
-        tx.commit().unwrap();
-    }
+    loaded_then_scattered(&db, 0);
     db.sync().unwrap();
     let want = contents(&db.begin_read().unwrap());
     let crashed = vfs.process_crash();

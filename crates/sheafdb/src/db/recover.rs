@@ -392,8 +392,11 @@ impl CfReplay {
             let Some(w) = st.writes.table_mut(id) else {
                 continue;
             };
-            let counted = (!self.trees_ahead).then(|| self.counts.get(&id).copied().flatten());
-            match counted.flatten() {
+            let counted = match self.trees_ahead {
+                true => None,
+                false => self.counts.get(&id).copied().flatten(),
+            };
+            match counted {
                 Some(delta) => w.resolve_counted(delta)?,
                 None => w.resolve(|k| Ok(btree::get(pages, &root, k)?.is_some()))?,
             }
