@@ -649,6 +649,65 @@ fn recovery_replays_into_the_buffer() {
     }
 }
 
+/// Replay counts a log that rewrote a few keys by its distinct keys, not
+/// by its length: a log many times the fold threshold that rewrote ten
+/// keys is still replayed into the buffer, while one of as many distinct
+/// keys goes to the trees. Both reopen to the right contents.
+#[test]
+fn replay_of_rewritten_keys_stays_buffered_past_the_fold_threshold() {
+    for distinct in [false, true] {
+        let vfs = SimVfs::new();
+        let db = builder()
+            .background_checkpoints(false)
+            .create_with_vfs(Arc::new(vfs.clone()), "r.sheaf")
+            .unwrap();
+        // The table's creation is in the data file: its record would
+        // write the trees at replay.
+        put(&db, 0, 0);
+        db.checkpoint().unwrap();
+        let mut want = std::collections::BTreeMap::new();
+        for i in 0..3000u64 {
+            let k = if distinct { i } else { i % 10 };
+            put(&db, k, i);
+            want.insert(k, i);
+        }
+        let crashed = vfs.crash_with(1, CrashPolicy::DropAll);
+        drop(db);
+        // 3000 writes charge about 240 KB; ten keys, under a kilobyte.
+        let db = builder()
+            .buffer_fold_bytes(32 << 10)
+            .background_checkpoints(false)
+            .open_with_vfs(Arc::new(crashed), "r.sheaf")
+            .unwrap();
+        assert!(db.replayed_records() >= 3000, "nothing was replayed");
+        let s = db.default_cf().unwrap().stats().unwrap();
+        if distinct {
+            assert!(s.dirty_bytes > 0, "3000 keys were all buffered");
+        } else {
+            assert_eq!(s.dirty_bytes, 0, "ten rewritten keys went to the trees");
+            assert!(s.buffered_bytes > 0, "recovery did not buffer");
+        }
+        let want: Vec<(u64, u64)> = want.into_iter().collect();
+        assert_eq!(
+            contents(&db.begin_read().unwrap()),
+            want,
+            "distinct {distinct}"
+        );
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_table(T)
+                .unwrap()
+                .len()
+                .unwrap(),
+            want.len() as u64
+        );
+        db.checkpoint().unwrap();
+        assert_eq!(contents(&db.begin_read().unwrap()), want);
+        db.check_integrity().unwrap();
+    }
+}
+
 /// Folds made aside while a writer keeps committing: a checkpoint loop
 /// folds and checkpoints (writers continue into the buffer meanwhile),
 /// and a power cut at a random moment keeps every commit acknowledged

@@ -451,6 +451,102 @@ fn blind_writes_resolve_to_the_tracked_count() {
     }
 }
 
+/// A write set fed blind writes (kept in a log until settled), tracked
+/// writes and settles in any order reads, seeks (both directions, every
+/// bound) and yields in key order exactly the last write of each key; its
+/// bytes, once settled, are those of a set that saw only the last writes.
+#[test]
+fn blind_write_logs_read_and_settle_like_the_map() {
+    let mut rng = StdRng::seed_from_u64(47);
+    let key = |rng: &mut StdRng| vec![rng.gen_range(0..30u8); rng.gen_range(1..3)];
+    let bound = |rng: &mut StdRng, k: Vec<u8>| match rng.gen_range(0..3) {
+        0 => Bound::Included(k),
+        1 => Bound::Excluded(k),
+        _ => Bound::Unbounded,
+    };
+    for case in 0..300 {
+        let mut ws = WriteSet::new();
+        let mut model: BTreeMap<Vec<u8>, Slot> = BTreeMap::new();
+        for _ in 0..rng.gen_range(1..80) {
+            let k = key(&mut rng);
+            let slot = rng.gen_bool(0.7).then(|| Arc::from(&k[..]));
+            match rng.gen_range(0..10) {
+                0..=5 => ws.record_blind(T1, &k, slot.clone()),
+                6 | 7 => {
+                    let existed = model.get(&k).is_some_and(Option::is_some);
+                    ws.record(T1, &k, slot.clone(), existed);
+                }
+                _ => {
+                    ws.settle_logs();
+                    continue;
+                }
+            }
+            model.insert(k, slot);
+            let w = ws.table(T1).expect("written");
+            let probe = key(&mut rng);
+            assert_eq!(w.get(&probe), model.get(&probe).cloned(), "case {case}");
+            let (lk, hk) = (key(&mut rng), key(&mut rng));
+            let (lo, hi) = (bound(&mut rng, lk), bound(&mut rng, hk));
+            fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+                b.as_ref().map(Vec::as_slice)
+            }
+            let valid = match (&lo, &hi) {
+                (Bound::Included(l), Bound::Included(h)) => l <= h,
+                (
+                    Bound::Included(l) | Bound::Excluded(l),
+                    Bound::Included(h) | Bound::Excluded(h),
+                ) => l < h,
+                _ => true,
+            };
+            for back in [false, true] {
+                let got = w
+                    .seek(as_ref(&lo), as_ref(&hi), back)
+                    .map(|(k, s)| (k.to_vec(), s));
+                let mut r = valid
+                    .then(|| model.range::<Vec<u8>, _>((lo.clone(), hi.clone())))
+                    .into_iter()
+                    .flatten();
+                let want = if back { r.next_back() } else { r.next() };
+                let want = want.map(|(k, s)| (k.clone(), s.clone()));
+                assert_eq!(got, want, "case {case} back {back}");
+            }
+        }
+        ws.settle_logs();
+        let mut last_only = WriteSet::new();
+        for (k, s) in &model {
+            last_only.record(T1, k, s.clone(), false);
+        }
+        assert_eq!(ws.bytes(), last_only.bytes(), "case {case}");
+        assert_eq!(ws.entries(), model.len() as u64, "case {case}");
+        let mut got: Vec<(Vec<u8>, Slot)> = Vec::new();
+        if let Some(w) = ws.take_table(T1) {
+            w.into_key_order(|w| got.push((w.key.to_vec(), w.slot)));
+        }
+        let want: Vec<(Vec<u8>, Slot)> = model.into_iter().collect();
+        assert_eq!(got, want, "case {case}");
+    }
+}
+
+/// A log of blind writes that is never settled by hand still yields one
+/// write per key, the last, in key order (replay's path).
+#[test]
+fn an_unsettled_blind_log_yields_each_keys_last_write() {
+    let mut ws = WriteSet::new();
+    for round in 0..3u8 {
+        for k in (0..50u8).rev() {
+            ws.record_blind(T1, &[k], Some(Arc::from(&[k, round][..])));
+        }
+    }
+    let w = ws.take_table(T1).expect("written");
+    assert_eq!(w.len(), 150, "unsettled: an upper bound");
+    let mut got = Vec::new();
+    w.into_key_order(|w| got.push((w.key.to_vec(), w.slot)));
+    let want: Vec<(Vec<u8>, Slot)> = (0..50u8)
+        .map(|k| (vec![k], Some(Arc::from(&[k, 2][..]))))
+        .collect();
+    assert_eq!(got, want);
+}
+
 /// Readers at a published version see exactly the commits up to it while
 /// the committer keeps inserting newer ones.
 #[test]

@@ -44,15 +44,6 @@ pub struct OrdKey {
     key: Arc<[u8]>,
 }
 
-impl OrdKey {
-    fn new(key: Arc<[u8]>) -> OrdKey {
-        OrdKey {
-            prefix: key_prefix(&key),
-            key,
-        }
-    }
-}
-
 impl PartialEq for OrdKey {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
@@ -87,24 +78,48 @@ impl std::borrow::Borrow<[u8]> for OrdKey {
     }
 }
 
-/// The order of a table's written keys, kept lazily: keys written since
-/// the last ordered read wait in `pending` (a bulk load that never reads
-/// in order never pays for a sorted map; its writes are sorted once, when
-/// they are applied).
+/// The order of a table's written keys, kept lazily: nothing is kept
+/// until the first ordered read (a bulk load or a WAL replay that never
+/// reads in order never pays for it; its writes are sorted once, when
+/// they are applied). From then on, keys written since the last ordered
+/// read wait in `pending`.
 #[derive(Debug, Default)]
 struct Order {
+    /// False until the first ordered read; `sorted` and `pending` are
+    /// empty until then.
+    live: bool,
     sorted: BTreeSet<OrdKey>,
     pending: Vec<OrdKey>,
 }
 
 impl Order {
-    /// Moves the pending keys into the sorted set.
-    fn settle(&mut self) {
+    /// Notes a key new to the write set, if the order is kept.
+    fn note_new(&mut self, key: &Arc<[u8]>, prefix: u64) {
+        if self.live {
+            self.pending.push(OrdKey {
+                prefix,
+                key: key.clone(),
+            });
+        }
+    }
+
+    /// Brings the sorted set up to date with every written key: on the
+    /// first ordered read, from the keys in `map`.
+    fn settle(&mut self, map: &HashTable<Written>) {
+        if !self.live {
+            debug_assert!(self.sorted.is_empty() && self.pending.is_empty());
+            self.pending.extend(map.iter().map(|w| OrdKey {
+                prefix: w.prefix,
+                key: w.key.clone(),
+            }));
+            self.live = true;
+        }
         if self.pending.is_empty() {
             return;
         }
         self.pending.sort_unstable();
         self.sorted.extend(self.pending.drain(..));
+        debug_assert_eq!(self.sorted.len(), map.len(), "order and map disagree");
     }
 }
 
@@ -144,16 +159,29 @@ fn written_order(a: &Written, b: &Written) -> Ordering {
 /// The writes of one table: a hash table from key to its last write (point
 /// reads, which every insert and remove makes for the old value, cost one
 /// hash probe) and the keys' order, built as ordered reads need it.
+///
+/// Blind writes (WAL replay, which never reads what it writes) go to
+/// `log` instead, in the order they were made: an append per write, no
+/// hash probe at a random place in a growing table. The log is sorted
+/// once, keeping each key's last write ([`TableWrites::settle_log`]), when
+/// its writes are counted or applied. Reads see the log too (newest
+/// first), but linearly: nothing reads a table's writes while it has one.
 #[derive(Debug)]
 pub struct TableWrites {
     /// The table (part of every key's hash).
     table: TableId,
     map: HashTable<Written>,
     order: RefCell<Order>,
+    /// Blind writes not in `map`, newer than every write in it: in log
+    /// order, or, once `log_settled`, in key order, one per key.
+    log: Vec<Written>,
+    log_settled: bool,
     delta: i64,
     /// Set by a write whose key's earlier presence was not given (WAL
     /// replay): `delta` is unknown until [`TableWrites::resolve`].
     blind: bool,
+    /// Bytes charged: of the map's writes and of every write in the log
+    /// (a key written twice there counts twice until the log is settled).
     bytes: u64,
 }
 
@@ -163,6 +191,8 @@ impl TableWrites {
             table,
             map: HashTable::new(),
             order: RefCell::default(),
+            log: Vec::new(),
+            log_settled: true,
             delta: 0,
             blind: false,
             bytes: 0,
@@ -170,6 +200,9 @@ impl TableWrites {
     }
 
     fn find(&self, key: &[u8]) -> Option<&Written> {
+        if let Some(w) = self.log.iter().rev().find(|w| *w.key == *key) {
+            return Some(w);
+        }
         let hash = filter::hash(self.table, key);
         self.map.find(hash, |w| *w.key == *key)
     }
@@ -190,12 +223,20 @@ impl TableWrites {
             }
         }
         let mut order = self.order.borrow_mut();
-        order.settle();
+        order.settle(&self.map);
         let mut r = order.sorted.range::<[u8], _>((lo, hi));
-        let k = if back { r.next_back() } else { r.next() }?;
-        let slot = self.find(&k.key).map(|w| w.slot.clone());
+        let in_map = if back { r.next_back() } else { r.next() }.map(|k| &k.key);
+        // The log's keys are not in the order (see the type's doc).
+        let in_range = |k: &[u8]| std::ops::RangeBounds::<[u8]>::contains(&(lo, hi), k);
+        let in_log = self.log.iter().map(|w| &w.key).filter(|k| in_range(k));
+        let in_log = if back { in_log.max() } else { in_log.min() };
+        let key = match (in_map, in_log) {
+            (Some(m), Some(l)) => (if (l < m) != back { l } else { m }).clone(),
+            (m, l) => m.or(l)?.clone(),
+        };
+        let slot = self.find(&key).map(|w| w.slot.clone());
         debug_assert!(slot.is_some(), "an ordered key without a write");
-        Some((Held::Shared(k.key.clone()), slot?))
+        Some((Held::Shared(key), slot?))
     }
 
     /// Bytes charged (keys, values, per-entry overhead).
@@ -219,10 +260,11 @@ impl TableWrites {
         if !self.blind {
             return Ok(());
         }
+        self.settle_log();
         let mut keys: Vec<&Written> = self.map.iter().collect();
         keys.sort_unstable_by(|a, b| written_order(a, b));
         let mut delta = 0;
-        for w in keys {
+        for w in keys.into_iter().chain(&self.log) {
             delta += i64::from(w.slot.is_some()) - i64::from(existed(&w.key)?);
         }
         self.delta = delta;
@@ -239,12 +281,10 @@ impl TableWrites {
         if !self.blind {
             return Ok(());
         }
-        if delta.unsigned_abs() > self.map.len() as u64 {
+        self.settle_log();
+        if delta.unsigned_abs() > self.len() as u64 {
             return Err(crate::error::Error::corrupted(
-                format!(
-                    "a count change of {delta} from {} written keys",
-                    self.map.len()
-                ),
+                format!("a count change of {delta} from {} written keys", self.len()),
                 "WAL replay",
             ));
         }
@@ -253,14 +293,62 @@ impl TableWrites {
         Ok(())
     }
 
-    /// Number of keys written.
+    /// Number of keys written: exact once the log is settled (else an
+    /// upper bound).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.log.len()
     }
 
     /// True if nothing was written.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.log.is_empty()
+    }
+
+    /// Puts the log in key order, keeping each key's last write, so it
+    /// holds one write per key; then, if the map has writes too, moves
+    /// the log's into it (they are newer). Bytes charged are those of the
+    /// writes kept.
+    pub fn settle_log(&mut self) {
+        if !self.log_settled {
+            // Stable: the writes of one key stay in log order, last last.
+            self.log.sort_by(written_order);
+            let bytes = &mut self.bytes;
+            // `dedup_by` keeps the first of a run: it takes the later
+            // write's slot, and the earlier one is dropped.
+            self.log.dedup_by(|later, kept| {
+                let same = later.prefix == kept.prefix && later.key == kept.key;
+                if same {
+                    std::mem::swap(&mut later.slot, &mut kept.slot);
+                    *bytes -= charge(&later.key, &later.slot);
+                }
+                same
+            });
+            self.log_settled = true;
+        }
+        if !self.map.is_empty() {
+            self.absorb_log();
+        }
+    }
+
+    /// Moves the log's writes into the map (they are newer than its).
+    fn absorb_log(&mut self) {
+        self.log_settled = true;
+        for w in std::mem::take(&mut self.log) {
+            let (key, slot) = (w.key, w.slot);
+            self.bytes -= charge(&key, &slot);
+            self.record(&key, slot, None);
+        }
+    }
+
+    /// The writes in key order, one per key, consuming them.
+    fn into_ordered(mut self) -> Vec<Written> {
+        self.settle_log();
+        if self.map.is_empty() {
+            return self.log;
+        }
+        let mut v: Vec<Written> = self.map.into_iter().collect();
+        v.sort_unstable_by(written_order);
+        v
     }
 
     /// Passes each write to `f` in key order, consuming them: each key
@@ -278,19 +366,16 @@ impl TableWrites {
             hash: w.hash,
             slot: w.slot,
         };
-        if self.map.len() <= 1 {
+        if self.map.len() <= 1 && self.log.is_empty() {
             self.map.into_iter().for_each(|w| f(prepared(w)));
             return;
         }
-        let mut v: Vec<Written> = self.map.into_iter().collect();
-        v.sort_unstable_by(written_order);
-        v.into_iter().for_each(|w| f(prepared(w)));
+        self.into_ordered().into_iter().for_each(|w| f(prepared(w)));
     }
 
     /// The writes in key order, consuming them (to apply them).
     pub fn into_sorted(self) -> Vec<crate::btree::BatchWrite> {
-        let mut v: Vec<Written> = self.map.into_iter().collect();
-        v.sort_unstable_by(written_order);
+        let v = self.into_ordered();
         debug_assert!(
             v.windows(2).all(|w| w[0].key < w[1].key),
             "keys not unique and sorted"
@@ -299,12 +384,15 @@ impl TableWrites {
     }
 
     /// Records the write (`existed`: whether the key was present just
-    /// before; `None`: unknown, a blind write); returns the change in bytes
-    /// charged.
-    fn record(&mut self, key: &[u8], slot: Slot, existed: Option<bool>) -> i64 {
+    /// before; `None`: unknown, a blind write).
+    fn record(&mut self, key: &[u8], slot: Slot, existed: Option<bool>) {
         match existed {
             Some(e) => self.delta += i64::from(slot.is_some()) - i64::from(e),
             None => self.blind = true,
+        }
+        if !self.log.is_empty() {
+            // This write is newer than the log's.
+            self.absorb_log();
         }
         let add = charge(key, &slot);
         let hash = filter::hash(self.table, key);
@@ -316,9 +404,8 @@ impl TableWrites {
             }
             None => {
                 let key: Arc<[u8]> = Arc::from(key);
-                let ord = OrdKey::new(key.clone());
-                let prefix = ord.prefix;
-                self.order.get_mut().pending.push(ord);
+                let prefix = key_prefix(&key);
+                self.order.get_mut().note_new(&key, prefix);
                 let w = Written {
                     hash,
                     prefix,
@@ -330,7 +417,22 @@ impl TableWrites {
             }
         };
         self.bytes = self.bytes + add - sub;
-        add as i64 - sub as i64
+    }
+
+    /// Appends a blind write to the log.
+    fn append_blind(&mut self, key: &[u8], slot: Slot) {
+        self.blind = true;
+        self.bytes += charge(key, &slot);
+        let key: Arc<[u8]> = Arc::from(key);
+        let w = Written {
+            hash: filter::hash(self.table, &key),
+            prefix: key_prefix(&key),
+            key,
+            slot,
+        };
+        // Keys appended in increasing order keep a settled log settled.
+        self.log_settled &= (self.log.last()).is_none_or(|l| written_order(l, &w).is_lt());
+        self.log.push(w);
     }
 }
 
@@ -338,7 +440,6 @@ impl TableWrites {
 #[derive(Debug, Default)]
 pub struct WriteSet {
     tables: IdMap<TableId, TableWrites>,
-    bytes: u64,
 }
 
 impl WriteSet {
@@ -351,15 +452,9 @@ impl WriteSet {
     /// the key had a value just before (in the merged view below and
     /// including this transaction's earlier writes).
     pub fn record(&mut self, table: TableId, key: &[u8], slot: Slot, existed: bool) {
-        let change = self
-            .tables
-            .entry(table)
+        (self.tables.entry(table))
             .or_insert_with(|| TableWrites::new(table))
             .record(key, slot, Some(existed));
-        self.bytes = self
-            .bytes
-            .checked_add_signed(change)
-            .expect("write-set bytes below zero");
     }
 
     /// Records that `key` of `table` becomes `slot` without knowing
@@ -367,9 +462,16 @@ impl WriteSet {
     /// per record): the table's count change is computed later, by
     /// [`TableWrites::resolve`], or by applying the writes.
     pub fn record_blind(&mut self, table: TableId, key: &[u8], slot: Slot) {
-        let writes = (self.tables.entry(table)).or_insert_with(|| TableWrites::new(table));
-        let change = writes.record(key, slot, None);
-        self.bytes = (self.bytes.checked_add_signed(change)).expect("write-set bytes below zero");
+        (self.tables.entry(table))
+            .or_insert_with(|| TableWrites::new(table))
+            .append_blind(key, slot);
+    }
+
+    /// Settles every table's log of blind writes
+    /// ([`TableWrites::settle_log`]): [`WriteSet::bytes`] then counts
+    /// each key's last write only.
+    pub fn settle_logs(&mut self) {
+        self.tables.values_mut().for_each(TableWrites::settle_log);
     }
 
     /// The writes of `table`, to resolve their count change.
@@ -384,16 +486,12 @@ impl WriteSet {
 
     /// Removes and returns the writes of `table` (to apply them).
     pub fn take_table(&mut self, table: TableId) -> Option<TableWrites> {
-        let t = self.tables.remove(&table)?;
-        self.bytes -= t.bytes;
-        Some(t)
+        self.tables.remove(&table)
     }
 
     /// Forgets every write of `table` (the table was deleted).
     pub fn drop_table(&mut self, table: TableId) {
-        if let Some(t) = self.tables.remove(&table) {
-            self.bytes -= t.bytes;
-        }
+        self.tables.remove(&table);
     }
 
     /// Keys written over all tables.
@@ -403,7 +501,7 @@ impl WriteSet {
 
     /// Bytes charged over all tables.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.tables.values().map(TableWrites::bytes).sum()
     }
 
     /// True if no table has a write.

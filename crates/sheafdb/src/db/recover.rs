@@ -4,7 +4,7 @@
 //! only if the record starts at or after the CF's checkpoint LSN (older
 //! ones are already in its durable base). Puts and removals go into a
 //! write set without reading the tree (blind writes: nothing per record
-//! but decoding and a hash probe; the count changes come from the
+//! but decoding and an append to a log; the count changes come from the
 //! records' `CountChange` ops, or one sorted pass over the written keys),
 //! and the CF's replayed changes become a buffered version (no page
 //! written at open; the next checkpoint folds it). A catalog operation,
@@ -326,7 +326,14 @@ impl CfReplay {
         let st = &mut self.state;
         st.writes.record_blind(id, key, value.map(Arc::from));
         if st.writes.bytes() > self.fold_bytes {
-            self.write_trees()?;
+            // The blind writes count every write until settled: a log
+            // that rewrote the same keys may fit once each is kept once.
+            // Trees are written unless it left room for as much again
+            // (so a log is settled at most once per half threshold of it).
+            st.writes.settle_logs();
+            if st.writes.bytes() > self.fold_bytes / 2 {
+                self.write_trees()?;
+            }
         }
         Ok(())
     }

@@ -198,9 +198,15 @@ pub(crate) fn replay(
     let Some(mut cur) = starting_use(slots, db_name, from)? else {
         return Ok(rec);
     };
+    // One read buffer for every use: a fresh one per use would fault in
+    // its pages again.
+    let mut buf = Vec::new();
     loop {
         let header = header_of(slots, cur);
-        let end = replay_use(slot_at(slots, cur), db_name, from, apply, &mut rec.summary)?;
+        let slot = slot_at(slots, cur);
+        let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes), buf);
+        let end = replay_use(slot, &mut reader, db_name, from, apply, &mut rec.summary)?;
+        buf = reader.into_buf();
         debug_assert!(end >= header.start_lsn, "a use ends before it starts");
         rec.kept.push((cur, end));
         rec.last_salt = Some(header.salt);
@@ -290,6 +296,7 @@ fn successor(slots: &[ScannedSlot], prev: &SegmentHeader, end: Lsn) -> Option<us
 /// LSN of the first invalid frame (the end of this use's valid records).
 fn replay_use(
     slot: &ScannedSlot,
+    reader: &mut UseReader<'_>,
     db_name: &str,
     from: Lsn,
     apply: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>,
@@ -298,10 +305,9 @@ fn replay_use(
     let Some(header) = slot.header else {
         panic!("replay of slot {} without a valid header", slot.slot);
     };
-    let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes));
     let mut lsn = header.start_lsn;
     let stop = loop {
-        match next_frame(&mut reader, &header, lsn)? {
+        match next_frame(reader, &header, lsn)? {
             Ok((frame_bytes, payload)) => {
                 if lsn >= from {
                     apply(lsn, payload)?;
@@ -371,19 +377,30 @@ struct UseReader<'f> {
     file: &'f dyn Storage,
     /// Bytes of the file that may be read (file length, capped by the use).
     end_offset: u64,
+    /// Read buffer: only `buf[..buf_len]` holds file bytes (the rest is
+    /// kept so a later fill zeroes no memory).
     buf: Vec<u8>,
+    buf_len: usize,
     /// File offset of `buf[0]`.
     buf_offset: u64,
 }
 
 impl<'f> UseReader<'f> {
-    fn new(file: &'f dyn Storage, end_offset: u64) -> UseReader<'f> {
+    /// A reader of `file` up to `end_offset`, reading into `buf` (its
+    /// contents are overwritten).
+    fn new(file: &'f dyn Storage, end_offset: u64, buf: Vec<u8>) -> UseReader<'f> {
         UseReader {
             file,
             end_offset,
-            buf: Vec::new(),
+            buf,
+            buf_len: 0,
             buf_offset: 0,
         }
+    }
+
+    /// The read buffer, for the next use's reader.
+    fn into_buf(self) -> Vec<u8> {
+        self.buf
     }
 
     /// `n` bytes at `offset`, or `None` if they pass the readable end.
@@ -394,12 +411,15 @@ impl<'f> UseReader<'f> {
         else {
             return Ok(None);
         };
-        let buf_end = self.buf_offset + self.buf.len() as u64;
+        let buf_end = self.buf_offset + self.buf_len as u64;
         if offset < self.buf_offset || end > buf_end {
             self.fill(offset, n)?;
         }
         let start = (offset - self.buf_offset) as usize;
-        Ok(slice_at(&self.buf, start, n))
+        Ok(self
+            .buf
+            .get(..self.buf_len)
+            .and_then(|b| slice_at(b, start, n)))
     }
 
     /// Reads at least `n` bytes at `offset` (already checked to be
@@ -408,8 +428,13 @@ impl<'f> UseReader<'f> {
         let want = n.max(READ_CHUNK_BYTES) as u64;
         let len = want.min(self.end_offset - offset) as usize;
         debug_assert!(len >= n);
-        self.buf.resize(len, 0);
-        self.file.read_at(offset, &mut self.buf)?;
+        if self.buf.len() < len {
+            self.buf.resize(len, 0);
+        }
+        self.buf_len = 0;
+        let (dst, _) = self.buf.split_at_mut(len);
+        self.file.read_at(offset, dst)?;
+        self.buf_len = len;
         self.buf_offset = offset;
         Ok(())
     }
