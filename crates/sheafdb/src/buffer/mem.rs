@@ -456,7 +456,10 @@ impl MemBuffer {
         let first = self
             .map
             .lower_bound(Bound::Included(&start as &dyn KeyView));
-        let mut last: Option<(TableId, Arc<[u8]>)> = None;
+        // The last key passed on (an older version of it is skipped):
+        // table and prefix first, so a new key is told apart without
+        // reading its bytes.
+        let mut last: Option<(TableId, u64, Arc<[u8]>)> = None;
         let mut cur = first;
         std::iter::from_fn(move || {
             while let Some(e) = cur.take() {
@@ -465,13 +468,12 @@ impl MemBuffer {
                 if k.version() > at {
                     continue;
                 }
-                if last
-                    .as_ref()
-                    .is_some_and(|(t, key)| *t == k.table && **key == *k.key)
+                if (last.as_ref())
+                    .is_some_and(|(t, p, key)| *t == k.table && *p == k.prefix && **key == *k.key)
                 {
                     continue;
                 }
-                last = Some((k.table, k.key.clone()));
+                last = Some((k.table, k.prefix, k.key.clone()));
                 return Some((k.table, k.key.clone(), k.version(), e.value().clone()));
             }
             None
