@@ -18,7 +18,6 @@
 //! Operations name tables by `TableId`; the replayer keeps an id → name map
 //! per CF built from the catalog and updated by create/drop/rename records.
 
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -37,7 +36,11 @@ use crate::wal::record::{decode_commit, Op};
 struct CfReplay {
     cf: Arc<CfShared>,
     state: WriteState,
-    names: HashMap<TableId, String>,
+    names: IdMap<TableId, String>,
+    /// A table known to be loaded into `state` (the last one written):
+    /// its writes skip the lookups of [`CfReplay::table`]. Cleared by
+    /// whatever may unload or rename a table.
+    loaded: Option<TableId>,
     last_lsn: Lsn,
     /// The CF's checkpoint LSN (fixed during replay).
     checkpoint_lsn: Lsn,
@@ -62,7 +65,7 @@ struct CfReplay {
 /// Applies WAL records to the CFs of a database being opened.
 pub(super) struct Replayer {
     shared: Arc<DbShared>,
-    cfs: HashMap<CfId, CfReplay>,
+    cfs: IdMap<CfId, CfReplay>,
     /// Records applied (to at least one CF).
     pub applied: u64,
     /// LSN of the last record seen: records come in increasing LSN order.
@@ -77,7 +80,7 @@ impl Replayer {
     pub(super) fn new(shared: Arc<DbShared>) -> Replayer {
         Replayer {
             shared,
-            cfs: HashMap::new(),
+            cfs: IdMap::default(),
             applied: 0,
             last_seen: None,
         }
@@ -242,6 +245,7 @@ impl CfReplay {
         self.cf
             .publish(version, Ok(()), &|v| shared.note_published(id, v))?;
         self.state = WriteState::new(shared.space.clone(), &self.cf, head, None);
+        self.loaded = None;
         self.counts.clear();
         Ok(())
     }
@@ -261,7 +265,7 @@ impl CfReplay {
     fn new(shared: Arc<DbShared>, cf: Arc<CfShared>) -> Result<CfReplay> {
         let base = cf.writer.lock().head.clone();
         let state = WriteState::new(shared.space.clone(), &cf, base, None);
-        let mut names = HashMap::new();
+        let mut names = IdMap::default();
         let mut cursor = btree::Cursor::new(&state.catalog, Bound::Unbounded, Bound::Unbounded);
         while let Some((k, v)) = cursor.next(&state.pages)? {
             let meta = TableMeta::decode(v.as_slice())?;
@@ -274,6 +278,7 @@ impl CfReplay {
             cf,
             state,
             names,
+            loaded: None,
             last_lsn: Lsn(0),
             checkpoint_lsn,
             fold_bytes: shared.options.buffer_fold_bytes,
@@ -322,7 +327,11 @@ impl CfReplay {
         let ps = self.state.pages.page_size();
         btree::check_limits(ps, key, value.unwrap_or_default())
             .map_err(|e| corrupt(format!("record writes to table {id}: {e}")))?;
-        self.table(id)?;
+        if self.loaded != Some(id) {
+            self.table(id)?;
+            self.loaded = Some(id);
+        }
+        debug_assert!(self.state.table_by_id(id).is_some(), "{id} not loaded");
         let st = &mut self.state;
         st.writes.record_blind(id, key, value.map(Arc::from));
         if st.writes.bytes() > self.fold_bytes {
@@ -412,6 +421,14 @@ impl CfReplay {
     }
 
     fn apply(&mut self, op: &Op<'_>) -> Result<()> {
+        let keeps_tables = matches!(
+            op,
+            Op::Put { .. } | Op::Delete { .. } | Op::CountChange { .. } | Op::FoldRound { .. }
+        );
+        if !keeps_tables {
+            // A catalog op may unload or rename the table last written.
+            self.loaded = None;
+        }
         match *op {
             Op::Put { table, key, value } => self.write(table, key, Some(value)),
             Op::Delete { table, key } => self.write(table, key, None),
