@@ -102,24 +102,49 @@ impl Default for KeyFilter {
 
 impl KeyFilter {
     /// Adds a key's hash (one adder at a time).
+    #[cfg(test)]
     pub fn add(&self, h: u64) {
-        let mut hashes = self.hashes.lock();
-        hashes.push(h);
-        let bits = self.bits.load();
-        if hashes.len() as u64 > bits.capacity {
-            let bigger = Bits::new(bits.capacity * 2);
-            for &x in hashes.iter() {
-                bigger.add(x);
-            }
-            self.bits.store(Arc::new(bigger));
-        } else {
-            bits.add(h);
+        self.adder().add(h);
+    }
+
+    /// An adder holding the adder's lock and the current bits, for many
+    /// adds at the cost of one lock and one load (a commit's keys).
+    pub fn adder(&self) -> FilterAdder<'_> {
+        FilterAdder {
+            filter: self,
+            hashes: self.hashes.lock(),
+            bits: self.bits.load_full(),
         }
     }
 
     /// False only if no key with this hash was added.
     pub fn may_contain(&self, h: u64) -> bool {
         self.bits.load().may_contain(h)
+    }
+}
+
+/// Adds hashes to one filter (see [`KeyFilter::adder`]); readers see
+/// each add as it is made, and a grown filter as soon as it is built.
+pub struct FilterAdder<'f> {
+    filter: &'f KeyFilter,
+    hashes: parking_lot::MutexGuard<'f, Vec<u64>>,
+    bits: Arc<Bits>,
+}
+
+impl FilterAdder<'_> {
+    /// Adds a key's hash.
+    pub fn add(&mut self, h: u64) {
+        self.hashes.push(h);
+        if self.hashes.len() as u64 > self.bits.capacity {
+            let bigger = Bits::new(self.bits.capacity * 2);
+            for &x in self.hashes.iter() {
+                bigger.add(x);
+            }
+            self.bits = Arc::new(bigger);
+            self.filter.bits.store(self.bits.clone());
+        } else {
+            self.bits.add(h);
+        }
     }
 }
 
@@ -131,7 +156,20 @@ mod tests {
     fn added_keys_are_always_found_and_most_others_are_not() {
         let f = KeyFilter::default();
         for i in 0..50_000u64 {
-            f.add(hash(TableId(3), &i.to_be_bytes()));
+            // Alone, or in batches of up to 5,000 through one adder
+            // (which grows the filter under it).
+            if i % 10_000 < 5_000 {
+                f.add(hash(TableId(3), &i.to_be_bytes()));
+            } else if i % 10_000 == 5_000 {
+                let mut a = f.adder();
+                for j in i..i + 5_000 {
+                    a.add(hash(TableId(3), &j.to_be_bytes()));
+                    // Visible to readers at once, across growth.
+                    if j % 997 == 0 {
+                        assert!(f.may_contain(hash(TableId(3), &j.to_be_bytes())));
+                    }
+                }
+            }
             // Everything added so far, across growth, is still found.
             if i % 997 == 0 {
                 for j in 0..=i {

@@ -214,14 +214,17 @@ impl MemBuffer {
     /// [`MemBuffer::insert`] of a write whose key's prefix and hash its
     /// write set kept: the key's bytes are not read.
     pub fn insert_prepared(&self, table: TableId, w: write_set::Prepared, version: Version) {
-        debug_assert_eq!(w.prefix, key_prefix(&w.key), "a stale key prefix");
-        debug_assert_eq!(w.hash, hash(table, &w.key), "a stale key hash");
-        let write_set::Prepared {
-            key,
-            prefix,
-            hash: h,
-            slot,
-        } = w;
+        let mut ins = self.inserting(table, version);
+        ins.push(w);
+        ins.finish();
+    }
+
+    /// Starts inserting writes of `table` at `version` (one commit's):
+    /// the checks, the filter's lock and the size figures are paid once
+    /// per batch, not per write. The figures include the batch after
+    /// [`Inserting::finish`], which must come before `version` is
+    /// published.
+    pub fn inserting(&self, table: TableId, version: Version) -> Inserting<'_> {
         assert!(
             !self.frozen.load(Ordering::Acquire),
             "insert into a frozen buffer"
@@ -232,21 +235,14 @@ impl MemBuffer {
             "buffer versions went backwards: {} after {newest}",
             version.0
         );
-        let charge =
-            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
-        self.filter.add(h);
-        let k = BufKey {
+        Inserting {
+            buf: self,
             table,
-            prefix,
-            key,
-            rev: u64::MAX - version.0,
-        };
-        let e = self.map.get_or_insert(k, slot);
-        debug_assert_eq!(e.key().version(), version);
-        self.newest.store(version.0, Ordering::Release);
-        self.oldest.fetch_min(version.0, Ordering::AcqRel);
-        self.bytes.fetch_add(charge, Ordering::Relaxed);
-        self.entries.fetch_add(1, Ordering::Relaxed);
+            version,
+            filter: self.filter.adder(),
+            charge: 0,
+            count: 0,
+        }
     }
 
     /// The bytes inserting `writes` charges (what a buffered commit
@@ -478,6 +474,56 @@ impl MemBuffer {
             }
             None
         })
+    }
+}
+
+/// Writes of one table going into a buffer at one version (see
+/// [`MemBuffer::inserting`]).
+pub struct Inserting<'b> {
+    buf: &'b MemBuffer,
+    table: TableId,
+    version: Version,
+    filter: super::filter::FilterAdder<'b>,
+    charge: u64,
+    count: u64,
+}
+
+impl Inserting<'_> {
+    /// Inserts one write.
+    pub fn push(&mut self, w: write_set::Prepared) {
+        debug_assert_eq!(w.prefix, key_prefix(&w.key), "a stale key prefix");
+        debug_assert_eq!(w.hash, hash(self.table, &w.key), "a stale key hash");
+        let write_set::Prepared {
+            key,
+            prefix,
+            hash: h,
+            slot,
+        } = w;
+        self.charge +=
+            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
+        self.count += 1;
+        self.filter.add(h);
+        let k = BufKey {
+            table: self.table,
+            prefix,
+            key,
+            rev: u64::MAX - self.version.0,
+        };
+        let e = self.buf.map.get_or_insert(k, slot);
+        debug_assert_eq!(e.key().version(), self.version);
+    }
+
+    /// Brings the buffer's figures up to date with the batch.
+    pub fn finish(self) {
+        let (buf, v) = (self.buf, self.version.0);
+        drop(self.filter);
+        if self.count == 0 {
+            return;
+        }
+        buf.newest.store(v, Ordering::Release);
+        buf.oldest.fetch_min(v, Ordering::AcqRel);
+        buf.bytes.fetch_add(self.charge, Ordering::Relaxed);
+        buf.entries.fetch_add(self.count, Ordering::Relaxed);
     }
 }
 

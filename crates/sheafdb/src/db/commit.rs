@@ -750,7 +750,9 @@ pub(super) fn install_buffered(
         // paths through the skip list (500,000 removes in random order
         // spent a third of the commit searching it). Moved, not cloned:
         // the commit is done with its write set.
-        w.into_key_order(|w| base.buffer.insert_prepared(id, w, version));
+        let mut ins = base.buffer.inserting(id, version);
+        w.into_key_order(|w| ins.push(w));
+        ins.finish();
         *deltas.entry(id).or_default() += delta;
     }
     debug_assert_eq!(
