@@ -8,6 +8,10 @@
 //! one transaction and checkpoints, so the tree holds them all. Then
 //! commits `BUFFERED` more keys (default 150,000) in no-sync transactions
 //! of 1,000, with the fold triggers raised so they stay in the buffer.
+//! `BUFFERED` with a trailing `u` (`1000000u`) commits that many updates
+//! of loaded keys drawn at random instead (new values; a key may be
+//! updated more than once): issue 11's "reads after 1 M random updates
+//! are buffered".
 //! From one snapshot it times three passes each of 1,000,000 point reads
 //! and of 500,000 ranges of 10 entries from random keys, and prints the
 //! median of each. Run it with `0` for the tree alone. The database
@@ -46,18 +50,37 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let buffered: u64 = args.next().map_or(150_000, |s| {
-        s.parse().expect("BUFFERED must be a number of keys")
-    });
+    let arg = args.next().unwrap_or_else(|| "150000".into());
+    let (count, updates) = match arg.strip_suffix('u') {
+        Some(n) => (n, true),
+        None => (arg.as_str(), false),
+    };
+    let buffered: u64 = count
+        .parse()
+        .expect("BUFFERED must be a number of keys, optionally followed by `u`");
     in_scratch_dir("sheafdb-buffered-reads", args.next(), |dir| {
-        run(dir, buffered)
+        run(dir, buffered, updates)
     })
 }
 
-fn run(dir: &Path, buffered: u64) -> Result<()> {
+/// The key the `n`-th buffered write goes to: a new key, or (`updates`)
+/// a loaded one drawn at random.
+fn buffered_key(n: u64, updates: bool) -> [u8; 24] {
+    if !updates {
+        return key(LOADED + n);
+    }
+    let mut x = n.wrapping_add(0x5DEE_CE66_D1CE_4E5B);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    key((x ^ (x >> 31)) % LOADED)
+}
+
+fn run(dir: &Path, buffered: u64, updates: bool) -> Result<()> {
     let db = Database::builder()
         .buffer_fold_bytes(1 << 30)
         .buffer_memory(1 << 30, 2 << 30)
+        // Nor may the log's growth start a checkpoint (which folds).
+        .checkpoint_triggers(8 << 30, 256 << 20, 512 << 20)
         .checkpoint_interval(std::time::Duration::from_secs(3600))
         .create(dir.join("reads.sheaf"))?;
     let value = [7u8; 150];
@@ -70,18 +93,20 @@ fn run(dir: &Path, buffered: u64) -> Result<()> {
     }
     tx.commit()?;
     db.checkpoint()?;
+    let new_value = [8u8; 150];
     for batch in 0..buffered.div_ceil(1000) {
         let mut tx = db.begin_write()?;
         tx.set_durability(Durability::None);
         {
             let mut t = tx.open_table(TABLE)?;
-            let first = LOADED + batch * 1000;
-            for i in first..(first + 1000).min(LOADED + buffered) {
-                t.insert(&key(i)[..], &value[..])?;
+            let first = batch * 1000;
+            for n in first..(first + 1000).min(buffered) {
+                t.insert(&buffered_key(n, updates)[..], &new_value[..])?;
             }
         }
         tx.commit()?;
     }
+    let stats = db.default_cf()?.stats()?;
     let rx = db.begin_read()?;
     let t = rx.open_table(TABLE)?;
     let (mut points, mut ranges) = (Vec::new(), Vec::new());
@@ -107,10 +132,13 @@ fn run(dir: &Path, buffered: u64) -> Result<()> {
         ranges.push((LOADED / 2) as f64 / start.elapsed().as_secs_f64());
     }
     println!(
-        "{LOADED} keys in the tree, {buffered} buffered: point reads {:.0}k/s, \
-         ranges of 10 {:.0}k/s (medians of 3 passes, one snapshot, one thread)",
+        "{LOADED} keys in the tree, {buffered} buffered {}: point reads {:.0}k/s, \
+         ranges of 10 {:.0}k/s (medians of 3 passes, one snapshot, one thread; \
+         {} MiB buffered)",
+        if updates { "updates of loaded keys" } else { "new keys" },
         median(points) / 1e3,
-        median(ranges) / 1e3
+        median(ranges) / 1e3,
+        stats.buffered_bytes >> 20
     );
     drop(t);
     drop(rx);
