@@ -135,7 +135,11 @@ fn run(dir: &Path, buffered: u64, updates: bool) -> Result<()> {
         "{LOADED} keys in the tree, {buffered} buffered {}: point reads {:.0}k/s, \
          ranges of 10 {:.0}k/s (medians of 3 passes, one snapshot, one thread; \
          {} MiB buffered)",
-        if updates { "updates of loaded keys" } else { "new keys" },
+        if updates {
+            "updates of loaded keys"
+        } else {
+            "new keys"
+        },
         median(points) / 1e3,
         median(ranges) / 1e3,
         stats.buffered_bytes >> 20
