@@ -114,13 +114,13 @@ fn run(dir: &Path, buffered: u64, updates: bool, defaults: bool) -> Result<()> {
     }
     let cf = db.default_cf()?;
     let mut stats = cf.stats()?;
-    while defaults {
-        // Let a fold under way finish: the reads time a settled state.
+    // With the defaults, let a fold under way finish: the reads time a
+    // settled state.
+    let mut settled = !defaults;
+    while !settled {
         std::thread::sleep(std::time::Duration::from_millis(500));
         let now = cf.stats()?;
-        if now.buffered_bytes == stats.buffered_bytes {
-            break;
-        }
+        settled = now.buffered_bytes == stats.buffered_bytes;
         stats = now;
     }
     let rx = db.begin_read()?;
