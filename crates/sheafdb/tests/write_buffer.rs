@@ -649,13 +649,17 @@ fn recovery_replays_into_the_buffer() {
     }
 }
 
-/// Replay counts a log that rewrote a few keys by its distinct keys, not
-/// by its length: a log many times the fold threshold that rewrote ten
-/// keys is still replayed into the buffer, while one of as many distinct
-/// keys goes to the trees. Both reopen to the right contents.
+/// Replay counts a log that rewrote keys by its distinct keys, not by its
+/// length: a log many times the fold threshold that rewrote ten keys is
+/// still replayed into the buffer, and so is one of 300 keys each written
+/// twice whose keys fill three quarters of the threshold; a log of as
+/// many distinct keys goes to the trees. All reopen to the right
+/// contents.
 #[test]
 fn replay_of_rewritten_keys_stays_buffered_past_the_fold_threshold() {
-    for distinct in [false, true] {
+    // (writes, distinct keys, buffered): each write charges 80 bytes of
+    // the 32 KiB threshold.
+    for (writes, keys, buffered) in [(3000, 10, true), (600, 300, true), (3000, 3000, false)] {
         let vfs = SimVfs::new();
         let db = builder()
             .background_checkpoints(false)
@@ -666,44 +670,39 @@ fn replay_of_rewritten_keys_stays_buffered_past_the_fold_threshold() {
         put(&db, 0, 0);
         db.checkpoint().unwrap();
         let mut want = std::collections::BTreeMap::new();
-        for i in 0..3000u64 {
-            let k = if distinct { i } else { i % 10 };
+        for i in 0..writes {
+            let k = i % keys;
             put(&db, k, i);
             want.insert(k, i);
         }
         let crashed = vfs.crash_with(1, CrashPolicy::DropAll);
         drop(db);
-        // 3000 writes charge about 240 KB; ten keys, under a kilobyte.
         let db = builder()
             .buffer_fold_bytes(32 << 10)
             .background_checkpoints(false)
             .open_with_vfs(Arc::new(crashed), "r.sheaf")
             .unwrap();
-        assert!(db.replayed_records() >= 3000, "nothing was replayed");
+        assert!(db.replayed_records() >= writes, "nothing was replayed");
         let s = db.default_cf().unwrap().stats().unwrap();
-        if distinct {
-            assert!(s.dirty_bytes > 0, "3000 keys were all buffered");
+        let case = format!("{writes} writes of {keys} keys");
+        if buffered {
+            assert_eq!(s.dirty_bytes, 0, "{case} went to the trees");
+            assert!(s.buffered_bytes > 0, "{case}: recovery did not buffer");
         } else {
-            assert_eq!(s.dirty_bytes, 0, "ten rewritten keys went to the trees");
-            assert!(s.buffered_bytes > 0, "recovery did not buffer");
+            assert!(s.dirty_bytes > 0, "{case} were all buffered");
         }
         let want: Vec<(u64, u64)> = want.into_iter().collect();
-        assert_eq!(
-            contents(&db.begin_read().unwrap()),
-            want,
-            "distinct {distinct}"
-        );
-        assert_eq!(
-            db.begin_read()
-                .unwrap()
-                .open_table(T)
-                .unwrap()
-                .len()
-                .unwrap(),
-            want.len() as u64
-        );
+        assert_eq!(contents(&db.begin_read().unwrap()), want, "{case}");
+        let len = db
+            .begin_read()
+            .unwrap()
+            .open_table(T)
+            .unwrap()
+            .len()
+            .unwrap();
+        assert_eq!(len, want.len() as u64, "{case}");
         db.checkpoint().unwrap();
-        assert_eq!(contents(&db.begin_read().unwrap()), want);
+        assert_eq!(contents(&db.begin_read().unwrap()), want, "{case}");
         db.check_integrity().unwrap();
     }
 }

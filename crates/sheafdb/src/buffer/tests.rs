@@ -439,11 +439,14 @@ fn blind_writes_resolve_to_the_tracked_count() {
         assert_eq!(tracked.table(T1).unwrap().delta(), Some(want));
         assert_eq!(blind.table(T1).unwrap().delta(), None, "unresolved");
         let mut asked = Vec::new();
-        (blind.table_mut(T1).unwrap())
-            .resolve(|k| {
-                asked.push(k.to_vec());
-                Ok(before.contains(&k[0]))
+        blind
+            .with_table_mut(T1, |w| {
+                w.resolve(|k| {
+                    asked.push(k.to_vec());
+                    Ok(before.contains(&k[0]))
+                })
             })
+            .unwrap()
             .unwrap();
         assert_eq!(blind.table(T1).unwrap().delta(), Some(want));
         assert!(asked.windows(2).all(|w| w[0] < w[1]), "keys asked in order");

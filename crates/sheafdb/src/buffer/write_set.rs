@@ -440,6 +440,10 @@ impl TableWrites {
 #[derive(Debug, Default)]
 pub struct WriteSet {
     tables: IdMap<TableId, TableWrites>,
+    /// The sum of the tables' bytes, kept by every change made through
+    /// the set ([`WriteSet::update`]): replay compares it with the fold
+    /// threshold at every write, over any number of tables.
+    bytes: u64,
 }
 
 impl WriteSet {
@@ -448,13 +452,23 @@ impl WriteSet {
         WriteSet::default()
     }
 
+    /// Runs `f` on the writes of `table` (created if missing) and brings
+    /// the total bytes up to date with what it changed.
+    fn update<R>(&mut self, table: TableId, f: impl FnOnce(&mut TableWrites) -> R) -> R {
+        let t = (self.tables.entry(table)).or_insert_with(|| TableWrites::new(table));
+        let before = t.bytes;
+        let r = f(t);
+        self.bytes = (self.bytes - before)
+            .checked_add(t.bytes)
+            .expect("write-set bytes overflow");
+        r
+    }
+
     /// Records that `key` of `table` becomes `slot`; `existed` says whether
     /// the key had a value just before (in the merged view below and
     /// including this transaction's earlier writes).
     pub fn record(&mut self, table: TableId, key: &[u8], slot: Slot, existed: bool) {
-        (self.tables.entry(table))
-            .or_insert_with(|| TableWrites::new(table))
-            .record(key, slot, Some(existed));
+        self.update(table, |t| t.record(key, slot, Some(existed)));
     }
 
     /// Records that `key` of `table` becomes `slot` without knowing
@@ -462,9 +476,7 @@ impl WriteSet {
     /// per record): the table's count change is computed later, by
     /// [`TableWrites::resolve`], or by applying the writes.
     pub fn record_blind(&mut self, table: TableId, key: &[u8], slot: Slot) {
-        (self.tables.entry(table))
-            .or_insert_with(|| TableWrites::new(table))
-            .append_blind(key, slot);
+        self.update(table, |t| t.append_blind(key, slot));
     }
 
     /// Settles every table's log of blind writes
@@ -472,11 +484,19 @@ impl WriteSet {
     /// each key's last write only.
     pub fn settle_logs(&mut self) {
         self.tables.values_mut().for_each(TableWrites::settle_log);
+        self.bytes = self.tables.values().map(TableWrites::bytes).sum();
     }
 
-    /// The writes of `table`, to resolve their count change.
-    pub fn table_mut(&mut self, table: TableId) -> Option<&mut TableWrites> {
-        self.tables.get_mut(&table)
+    /// Runs `f` on the writes of `table`, if any (to resolve their count
+    /// change).
+    pub fn with_table_mut<R>(
+        &mut self,
+        table: TableId,
+        f: impl FnOnce(&mut TableWrites) -> R,
+    ) -> Option<R> {
+        self.tables
+            .contains_key(&table)
+            .then(|| self.update(table, f))
     }
 
     /// The writes of `table`, if any.
@@ -486,12 +506,14 @@ impl WriteSet {
 
     /// Removes and returns the writes of `table` (to apply them).
     pub fn take_table(&mut self, table: TableId) -> Option<TableWrites> {
-        self.tables.remove(&table)
+        let t = self.tables.remove(&table)?;
+        self.bytes -= t.bytes;
+        Some(t)
     }
 
     /// Forgets every write of `table` (the table was deleted).
     pub fn drop_table(&mut self, table: TableId) {
-        self.tables.remove(&table);
+        self.take_table(table);
     }
 
     /// Keys written over all tables.
@@ -501,7 +523,7 @@ impl WriteSet {
 
     /// Bytes charged over all tables.
     pub fn bytes(&self) -> u64 {
-        self.tables.values().map(TableWrites::bytes).sum()
+        self.bytes
     }
 
     /// True if no table has a write.
@@ -511,6 +533,11 @@ impl WriteSet {
 
     /// The tables with writes, by id.
     pub fn tables(&self) -> Vec<TableId> {
+        debug_assert_eq!(
+            self.bytes,
+            self.tables.values().map(TableWrites::bytes).sum::<u64>(),
+            "the write set's total bytes drifted from its tables'"
+        );
         let mut ids: Vec<TableId> = self.tables.keys().copied().collect();
         ids.sort();
         ids

@@ -46,6 +46,10 @@ struct CfReplay {
     checkpoint_lsn: Lsn,
     /// Write-set bytes past which replay writes the trees instead.
     fold_bytes: u64,
+    /// Write-set bytes past which replay settles the blind writes' logs
+    /// (they count every write until then): at least `fold_bytes`, and
+    /// half of it past what the last settle left.
+    settle_at: u64,
     /// Per table with pending writes, their entry-count change as the
     /// records' `CountChange` ops add it up; `None` once a part wrote the
     /// table without one (a version-1 record) or the sum overflowed: then
@@ -246,6 +250,7 @@ impl CfReplay {
             .publish(version, Ok(()), &|v| shared.note_published(id, v))?;
         self.state = WriteState::new(shared.space.clone(), &self.cf, head, None);
         self.loaded = None;
+        self.settle_at = self.fold_bytes;
         self.counts.clear();
         Ok(())
     }
@@ -282,6 +287,7 @@ impl CfReplay {
             last_lsn: Lsn(0),
             checkpoint_lsn,
             fold_bytes: shared.options.buffer_fold_bytes,
+            settle_at: shared.options.buffer_fold_bytes,
             counts: IdMap::default(),
             trees_ahead: false,
             part_tables: IdMap::default(),
@@ -331,18 +337,24 @@ impl CfReplay {
             self.table(id)?;
             self.loaded = Some(id);
         }
-        debug_assert!(self.state.table_by_id(id).is_some(), "{id} not loaded");
+        // (A cheap stand-in for "loaded": a drop or rename that left the
+        // cache stale would leave the id without a name.)
+        debug_assert!(self.names.contains_key(&id), "{id} not loaded");
         let st = &mut self.state;
         st.writes.record_blind(id, key, value.map(Arc::from));
-        if st.writes.bytes() > self.fold_bytes {
+        if st.writes.bytes() > self.settle_at {
             // The blind writes count every write until settled: a log
             // that rewrote the same keys may fit once each is kept once.
-            // Trees are written unless it left room for as much again
-            // (so a log is settled at most once per half threshold of it).
+            // Past the threshold with each key once, the trees are
+            // written; else the next settle waits for half a threshold
+            // more (so settling stays linear; the log holds at most 1.5
+            // thresholds).
             st.writes.settle_logs();
-            if st.writes.bytes() > self.fold_bytes / 2 {
+            if st.writes.bytes() > self.fold_bytes {
                 self.write_trees()?;
             }
+            let kept = self.state.writes.bytes();
+            self.settle_at = self.fold_bytes.max(kept + self.fold_bytes / 2);
         }
         Ok(())
     }
@@ -400,22 +412,23 @@ impl CfReplay {
     fn resolve_counts(&mut self) -> Result<()> {
         let st = &mut self.state;
         debug_assert_eq!(st.base.buffer.entries(), 0, "replay over a buffer");
+        // One pass over the loaded tables, not one per written table.
+        let roots: IdMap<TableId, TreeRoot> = (st.tables.values())
+            .map(|t| (t.meta.id, t.root()))
+            .collect();
         for id in st.writes.tables() {
-            let root = (st.table_by_id(id))
-                .map(|t| t.root())
+            let root = *(roots.get(&id))
                 .ok_or_else(|| corrupt(format!("writes to unloaded table {id}")))?;
             let pages = &st.pages;
-            let Some(w) = st.writes.table_mut(id) else {
-                continue;
-            };
             let counted = match self.trees_ahead {
                 true => None,
                 false => self.counts.get(&id).copied().flatten(),
             };
-            match counted {
-                Some(delta) => w.resolve_counted(delta)?,
-                None => w.resolve(|k| Ok(btree::get(pages, &root, k)?.is_some()))?,
-            }
+            let resolved = st.writes.with_table_mut(id, |w| match counted {
+                Some(delta) => w.resolve_counted(delta),
+                None => w.resolve(|k| Ok(btree::get(pages, &root, k)?.is_some())),
+            });
+            resolved.transpose()?;
         }
         Ok(())
     }
