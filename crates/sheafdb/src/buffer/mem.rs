@@ -200,22 +200,16 @@ impl MemBuffer {
     /// with versions that never go backwards; readers may run meanwhile
     /// and see the entry only once their snapshot reaches `version`.
     /// The key is shared, not copied, when the caller has it shared.
+    /// (A commit inserts its writes as a batch: [`MemBuffer::inserting`].)
     pub fn insert(&self, table: TableId, key: impl Into<Arc<[u8]>>, version: Version, slot: Slot) {
         let key: Arc<[u8]> = key.into();
-        let w = write_set::Prepared {
+        let mut ins = self.inserting(table, version);
+        ins.push(write_set::Prepared {
             prefix: key_prefix(&key),
             hash: hash(table, &key),
             key,
             slot,
-        };
-        self.insert_prepared(table, w, version);
-    }
-
-    /// [`MemBuffer::insert`] of a write whose key's prefix and hash its
-    /// write set kept: the key's bytes are not read.
-    pub fn insert_prepared(&self, table: TableId, w: write_set::Prepared, version: Version) {
-        let mut ins = self.inserting(table, version);
-        ins.push(w);
+        });
         ins.finish();
     }
 
@@ -452,10 +446,8 @@ impl MemBuffer {
         let first = self
             .map
             .lower_bound(Bound::Included(&start as &dyn KeyView));
-        // The last key passed on (an older version of it is skipped):
-        // table and prefix first, so a new key is told apart without
-        // reading its bytes.
-        let mut last: Option<(TableId, u64, Arc<[u8]>)> = None;
+        // The entry last passed on: older versions of its key are skipped.
+        let mut last: Option<MapEntry<'a>> = None;
         let mut cur = first;
         std::iter::from_fn(move || {
             while let Some(e) = cur.take() {
@@ -464,13 +456,14 @@ impl MemBuffer {
                 if k.version() > at {
                     continue;
                 }
-                if (last.as_ref())
-                    .is_some_and(|(t, p, key)| *t == k.table && *p == k.prefix && **key == *k.key)
-                {
+                let seen = (last.as_ref())
+                    .is_some_and(|l| l.key().table == k.table && l.key().same_key(k));
+                if seen {
                     continue;
                 }
-                last = Some((k.table, k.prefix, k.key.clone()));
-                return Some((k.table, k.key.clone(), k.version(), e.value().clone()));
+                let item = (k.table, k.key.clone(), k.version(), e.value().clone());
+                last = Some(e);
+                return Some(item);
             }
             None
         })
