@@ -1391,6 +1391,21 @@ const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 /// Buffered commits of `n` new random keys (seeded by `seed`), 200 per
 /// transaction: each touches leaves all over the table.
+/// Polls `done` every 10 ms until it holds; fails with `what` (read when
+/// the time is up) after `limit`.
+fn wait_until(
+    limit: Duration,
+    what: impl Fn() -> String,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let start = Instant::now();
+    while !done()? {
+        assert!(start.elapsed() < limit, "{}", what());
+        thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
 fn scatter_inserts(db: &Database, n: usize, seed: u64) -> Result<usize> {
     scatter_inserts_per_txn(db, n, seed, 200)
 }
@@ -1525,14 +1540,11 @@ fn check_waits(
     // buffer (later ones stay for the next fold).
     let buffered = db.memory_stats().buffered_bytes;
     drop(rx);
-    let start = Instant::now();
-    while db.memory_stats().buffered_bytes >= buffered {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the deferred fold never resumed"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(20),
+        || "the deferred fold never resumed".into(),
+        || Ok(db.memory_stats().buffered_bytes < buffered),
+    )?;
     // The rest, folded now into the pages the reader released.
     db.checkpoint()?;
     let pages = db.cf("default")?.stats()?.pages_in_use;
@@ -1604,14 +1616,11 @@ fn a_fold_deferred_for_pages_awaiting_a_checkpoint_goes_on_at_once() -> Result<(
     // necessarily empty: commits after the fold's version that stay under
     // the threshold are rightly left for later; waiting for an empty
     // buffer made this test depend on when the fold began.)
-    let start = Instant::now();
-    while db.memory_stats().buffered_bytes >= FOLD_BYTES {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no snapshot anywhere, yet the background fold did not run"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || "no snapshot anywhere, yet the background fold did not run".into(),
+        || Ok(db.memory_stats().buffered_bytes < FOLD_BYTES),
+    )?;
     Ok(())
 }
 
@@ -1644,15 +1653,14 @@ fn another_cf_is_folded_while_one_waits_for_a_snapshot() -> Result<()> {
     // Folded: what stays buffered is only what b committed after its fold
     // began, under the threshold (before, all of it stayed: 425,600
     // bytes).
-    let start = Instant::now();
-    while b.stats()?.buffered_bytes >= 256 << 10 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "b's buffer ({} bytes) was not folded while the default CF waits",
-            b.stats()?.buffered_bytes
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            let left = b.stats().map(|s| s.buffered_bytes);
+            format!("b's buffer ({left:?} bytes) was not folded while the default CF waits")
+        },
+        || Ok(b.stats()?.buffered_bytes < 256 << 10),
+    )?;
     drop(rx);
     Ok(())
 }
