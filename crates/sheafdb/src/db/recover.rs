@@ -235,6 +235,14 @@ impl CfReplay {
         let version = slot.head.version.next();
         // Replay of this CF resumes after the last applied record.
         let lsn = Lsn(self.last_lsn.0 + 1);
+        // Design §11.6: each seal applied at least one record past the
+        // version before it (its base's LSN is the checkpoint LSN, or a
+        // record's that replay applied).
+        debug_assert!(
+            lsn > slot.head.lsn,
+            "§11.6: replay version at {lsn:?} after {:?}",
+            slot.head.lsn
+        );
         if buffered {
             // Only puts and removals: they become one buffered version,
             // and open writes no page (design.md "Write buffer").
