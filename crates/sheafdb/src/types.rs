@@ -93,7 +93,10 @@ impl Version {
 /// into the bucket bits: ids chosen to collide (sharing their low bits,
 /// say) cannot be computed offline. (Unseeded, with no finaliser, ids
 /// `i << 40` all fell into one bucket: replay of 80,000 such tables ran
-/// 17 times slower; found by review.)
+/// 17 times slower; found by review. hashbrown's default hasher, which
+/// the write sets use for keys, was tried in its place: it put 20,000 ids
+/// `i << 20` in 5,313 of 65,536 buckets, where this one fills about
+/// 17,000, see the test below.)
 #[derive(Clone, Copy)]
 pub struct IdHasher(u64);
 
@@ -165,15 +168,5 @@ mod tests {
                 buckets.len()
             );
         }
-    }
-
-    /// Keys built from the id alone map to one table's slots the same way
-    /// every time within a process (the seed is drawn once).
-    #[test]
-    fn every_map_of_a_process_hashes_alike() {
-        let (a, b) = (IdHashBuilder::default(), IdHashBuilder::default());
-        assert_eq!(a.hash_one(TableId(7)), b.hash_one(TableId(7)));
-        let m: IdMap<TableId, u32> = (0..1000).map(|i| (TableId(i << 40), i as u32)).collect();
-        assert!((0..1000).all(|i| m[&TableId(i << 40)] == i as u32));
     }
 }
