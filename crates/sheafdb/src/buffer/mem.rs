@@ -31,12 +31,18 @@ use super::filter::{hash, KeyFilter};
 use super::write_set::{self, WriteSet};
 use super::{above, below, Held, Slot};
 use crate::btree::key_prefix;
-use crate::types::{TableId, Version};
+use crate::types::{IdHashBuilder, TableId, Version};
 
-/// Bytes charged per entry on top of its key and value (skip-list node,
-/// tower, key struct, reference counts): an estimate, used only to decide
-/// when to fold.
+/// Bytes charged per entry on top of its key and value for the skip-list
+/// node, tower, key struct and reference counts: an estimate, used to
+/// decide when to fold and to keep the budget.
 pub const ENTRY_OVERHEAD: u64 = 96;
+
+/// Bytes charged on top of [`ENTRY_OVERHEAD`] for an entry that goes into
+/// the key index (its allocation and its share of the table): 1 M
+/// updates of 632,000 keys grew the process by 49 MiB, about 78 bytes per
+/// indexed key (`examples/buffered_reads -- 1000000u`).
+pub const INDEX_OVERHEAD: u64 = 80;
 
 /// Where a key sits among the keys of a table: a real key, or past all of
 /// them (to seek to a table's last entry).
@@ -171,6 +177,54 @@ pub struct MemBuffer {
     /// Which `(table, key)` pairs may be here: lets a point read of a key
     /// the buffer lacks skip the skip list.
     filter: KeyFilter,
+    /// The newest write of each key hash (see [`Newest`]): a point read
+    /// of a key the buffer holds is one hash probe, not a seek through a
+    /// skip list of a million nodes.
+    index: papaya::HashMap<u64, Newest, IdHashBuilder>,
+    /// Set once writes went in without the index ([`KeyIndex::Skip`]):
+    /// a key the index lacks may then still be here.
+    partial: AtomicBool,
+    /// Tests narrow the index's hashes to make different keys share them.
+    #[cfg(test)]
+    index_mask: u64,
+}
+
+/// Whether a batch of writes goes into the key index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyIndex {
+    /// Commits: every point read of these keys is one hash probe.
+    Build,
+    /// Replay at open: the index would cost a fifth of a reopen (two
+    /// cache misses and an allocation per write, 20 ms of 75 for 100,000
+    /// records), so reads of replayed keys seek the skip list until the
+    /// buffer is folded; later commits are indexed as usual.
+    Skip,
+}
+
+impl KeyIndex {
+    /// Bytes charged per entry on top of its key and value.
+    pub fn overhead(self) -> u64 {
+        match self {
+            KeyIndex::Build => ENTRY_OVERHEAD + INDEX_OVERHEAD,
+            KeyIndex::Skip => ENTRY_OVERHEAD,
+        }
+    }
+}
+
+/// The newest write inserted whose `(table, key)` hashes to an index
+/// entry's hash. Why it answers a point read at version `at` whenever
+/// it names the key read and `version ≤ at`: a write visible at `at` was
+/// inserted before its version was published, so before the read began,
+/// and writes go in in version order; so no later write of the key can be
+/// visible at `at`. Otherwise (a newer write, or another key with the
+/// same hash) the read seeks the skip list. An absent hash means no write
+/// of the key is visible here at all.
+#[derive(Debug)]
+struct Newest {
+    table: TableId,
+    key: Arc<[u8]>,
+    version: Version,
+    slot: Slot,
 }
 
 impl std::fmt::Debug for MemBuffer {
@@ -191,8 +245,41 @@ impl MemBuffer {
     pub fn new() -> MemBuffer {
         MemBuffer {
             oldest: AtomicU64::new(u64::MAX),
+            #[cfg(test)]
+            index_mask: u64::MAX,
             ..MemBuffer::default()
         }
+    }
+
+    /// An empty buffer to follow `prev` (a fold's new buffer): its key
+    /// index starts with room for as many keys as `prev` indexed, so a
+    /// workload as busy as the last one never grows it (growing moves
+    /// every entry while commits wait).
+    pub fn after(prev: &MemBuffer) -> MemBuffer {
+        let capacity = prev.index.len();
+        MemBuffer {
+            index: papaya::HashMap::with_capacity_and_hasher(capacity, IdHashBuilder::default()),
+            ..MemBuffer::new()
+        }
+    }
+
+    /// A buffer whose key index keeps only `bits` bits of each hash, so
+    /// most keys share an index entry with others (tests of the reads
+    /// that must then seek the skip list).
+    #[cfg(test)]
+    pub fn with_narrow_index(bits: u32) -> MemBuffer {
+        MemBuffer {
+            index_mask: (1u64 << bits) - 1,
+            ..MemBuffer::new()
+        }
+    }
+
+    /// The key index's hash for a key hashing to `h`.
+    #[inline]
+    fn index_hash(&self, h: u64) -> u64 {
+        #[cfg(test)]
+        let h = h & self.index_mask;
+        h
     }
 
     /// Records that `key` of `table` became `slot` at `version`. Called by
@@ -203,13 +290,8 @@ impl MemBuffer {
     /// (A commit inserts its writes as a batch: [`MemBuffer::inserting`].)
     pub fn insert(&self, table: TableId, key: impl Into<Arc<[u8]>>, version: Version, slot: Slot) {
         let key: Arc<[u8]> = key.into();
-        let mut ins = self.inserting(table, version);
-        ins.push(write_set::Prepared {
-            prefix: key_prefix(&key),
-            hash: hash(table, &key),
-            key,
-            slot,
-        });
+        let mut ins = self.inserting(table, version, KeyIndex::Build);
+        ins.push(write_set::Prepared::new(table, key, slot));
         ins.finish();
     }
 
@@ -218,7 +300,7 @@ impl MemBuffer {
     /// per batch, not per write. The figures include the batch after
     /// [`Inserting::finish`], which must come before `version` is
     /// published.
-    pub fn inserting(&self, table: TableId, version: Version) -> Inserting<'_> {
+    pub fn inserting(&self, table: TableId, version: Version, index: KeyIndex) -> Inserting<'_> {
         assert!(
             !self.frozen.load(Ordering::Acquire),
             "insert into a frozen buffer"
@@ -234,6 +316,16 @@ impl MemBuffer {
             table,
             version,
             filter: self.filter.adder(),
+            overhead: index.overhead(),
+            index: match index {
+                KeyIndex::Build => Some(self.index.pin()),
+                KeyIndex::Skip => {
+                    // Before any write goes in: a reader that can see one
+                    // sees the flag.
+                    self.partial.store(true, Ordering::Release);
+                    None
+                }
+            },
             charge: 0,
             count: 0,
         }
@@ -241,8 +333,8 @@ impl MemBuffer {
 
     /// The bytes inserting `writes` charges (what a buffered commit
     /// reserves in the database-wide budget).
-    pub fn charge_of(writes: &WriteSet) -> u64 {
-        writes.bytes() + writes.entries() * (ENTRY_OVERHEAD - write_set::ENTRY_OVERHEAD)
+    pub fn charge_of(writes: &WriteSet, index: KeyIndex) -> u64 {
+        writes.bytes() + writes.entries() * (index.overhead() - write_set::ENTRY_OVERHEAD)
     }
 
     /// Marks the buffer read-only (a fold is about to read it whole).
@@ -276,8 +368,17 @@ impl MemBuffer {
     /// has a version `≤ at` of the key (the newest such), `None` if the
     /// key is unknown here at `at`.
     pub fn get(&self, table: TableId, key: &[u8], at: Version) -> Option<Slot> {
-        if self.entries() == 0 || !self.filter.may_contain(hash(table, key)) {
+        let h = hash(table, key);
+        if self.entries() == 0 || !self.filter.may_contain(h) {
             return None;
+        }
+        let index = self.index.pin();
+        match index.get(&self.index_hash(h)) {
+            None if !self.partial.load(Ordering::Acquire) => return None,
+            Some(n) if n.table == table && n.version <= at && *n.key == *key => {
+                return Some(n.slot.clone());
+            }
+            _ => {}
         }
         let p = probe(table, Pos::Key(key), u64::MAX - at.0);
         let e = self.map.lower_bound(Bound::Included(&p as &dyn KeyView))?;
@@ -477,11 +578,23 @@ pub struct Inserting<'b> {
     table: TableId,
     version: Version,
     filter: super::filter::FilterAdder<'b>,
+    /// `None`: [`KeyIndex::Skip`].
+    index: Option<papaya::HashMapRef<'b, u64, Newest, IdHashBuilder, papaya::LocalGuard<'b>>>,
+    /// Bytes charged per write on top of its key and value.
+    overhead: u64,
     charge: u64,
     count: u64,
 }
 
 impl Inserting<'_> {
+    /// Says that about `n` writes follow: a large batch (a replayed log,
+    /// a big commit) grows the key index once instead of step by step.
+    pub fn expect(&mut self, n: usize) {
+        if let Some(index) = self.index.as_ref().filter(|_| n >= 1024) {
+            index.reserve(n);
+        }
+    }
+
     /// Inserts one write.
     pub fn push(&mut self, w: write_set::Prepared) {
         debug_assert_eq!(w.prefix, key_prefix(&w.key), "a stale key prefix");
@@ -493,9 +606,17 @@ impl Inserting<'_> {
             slot,
         } = w;
         self.charge +=
-            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
+            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + self.overhead;
         self.count += 1;
         self.filter.add(h);
+        // Indexed: the key and value are shared with the index entry (a
+        // replayed key is not cloned: its count sits on a cold line).
+        let newest = self.index.is_some().then(|| Newest {
+            table: self.table,
+            key: key.clone(),
+            version: self.version,
+            slot: slot.clone(),
+        });
         let k = BufKey {
             table: self.table,
             prefix,
@@ -504,12 +625,16 @@ impl Inserting<'_> {
         };
         let e = self.buf.map.get_or_insert(k, slot);
         debug_assert_eq!(e.key().version(), self.version);
+        if let (Some(index), Some(n)) = (&self.index, newest) {
+            index.insert(self.buf.index_hash(h), n);
+        }
     }
 
     /// Brings the buffer's figures up to date with the batch.
     pub fn finish(self) {
         let (buf, v) = (self.buf, self.version.0);
         drop(self.filter);
+        drop(self.index);
         if self.count == 0 {
             return;
         }

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::mem::MemBuffer;
+use super::mem::{KeyIndex, MemBuffer};
 use super::merge::{self, BufferLayer, BufferWalk, Layer, TreeWalk, Window, WritesLayer};
-use super::write_set::WriteSet;
+use super::write_set::{Prepared, WriteSet};
 use super::{Held, Slot};
 use crate::btree::mem_store::MemStore;
 use crate::btree::{self, TreeRoot};
@@ -88,6 +88,18 @@ fn newest(h: &[(Version, Slot)], at: Version) -> Option<Slot> {
 
 /// Fills a buffer with `versions` commits of a few random writes each.
 fn fill(rng: &mut StdRng, buf: &MemBuffer, first: u64, versions: u64, hist: &mut History) {
+    fill_indexing(rng, buf, (first, versions), 0, hist)
+}
+
+/// [`fill`], with the versions below `replayed` inserted as replay does
+/// (not in the key index).
+fn fill_indexing(
+    rng: &mut StdRng,
+    buf: &MemBuffer,
+    (first, versions): (u64, u64),
+    replayed: u64,
+    hist: &mut History,
+) {
     for v in first..first + versions {
         let mut seen = std::collections::HashSet::new();
         for _ in 0..rng.gen_range(1..4) {
@@ -97,7 +109,14 @@ fn fill(rng: &mut StdRng, buf: &MemBuffer, first: u64, versions: u64, hist: &mut
                 continue; // one write per key per commit, as a write set gives
             }
             let s = slot(rng);
-            buf.insert(t, &k[..], Version(v), s.clone());
+            let index = if v < replayed {
+                KeyIndex::Skip
+            } else {
+                KeyIndex::Build
+            };
+            let mut ins = buf.inserting(t, Version(v), index);
+            ins.push(Prepared::new(t, Arc::from(&k[..]), s.clone()));
+            ins.finish();
             hist.entry((t, k)).or_default().push((Version(v), s));
         }
     }
@@ -105,11 +124,29 @@ fn fill(rng: &mut StdRng, buf: &MemBuffer, first: u64, versions: u64, hist: &mut
 
 #[test]
 fn a_buffer_answers_points_and_seeks_like_its_history() {
+    answers_like_its_history(MemBuffer::new, 0);
+}
+
+/// Writes replay inserted without the key index are found all the same,
+/// before and after indexed writes of the same keys.
+#[test]
+fn a_buffer_with_replayed_writes_answers_like_its_history() {
+    answers_like_its_history(MemBuffer::new, 9);
+}
+
+/// The same with an index where keys share hashes: a point read whose
+/// index entry names another key must still find its own.
+#[test]
+fn a_buffer_whose_keys_share_index_hashes_answers_like_its_history() {
+    answers_like_its_history(|| MemBuffer::with_narrow_index(1), 0);
+}
+
+fn answers_like_its_history(new: fn() -> MemBuffer, replayed: u64) {
     for seed in 0..200u64 {
         let mut rng = StdRng::seed_from_u64(seed);
-        let buf = MemBuffer::new();
+        let buf = new();
         let mut hist = History::new();
-        fill(&mut rng, &buf, 3, 12, &mut hist);
+        fill_indexing(&mut rng, &buf, (3, 12), replayed, &mut hist);
         for at in 0..17u64 {
             let at = Version(at);
             for t in [T1, T2] {
@@ -192,7 +229,10 @@ fn buffer_figures_follow_inserts() {
     buf.insert(T1, &b"ab"[..], Version(6), None);
     assert_eq!(buf.versions(), Some((Version(4), Version(6))));
     assert_eq!(buf.entries(), 2);
-    assert_eq!(buf.bytes(), 2 + 3 + 2 + 2 * super::mem::ENTRY_OVERHEAD);
+    assert_eq!(
+        buf.bytes(),
+        2 + 3 + 2 + 2 * super::mem::KeyIndex::Build.overhead()
+    );
     buf.freeze();
     assert!(buf.is_frozen());
 }

@@ -151,6 +151,18 @@ pub struct Prepared {
     pub slot: Slot,
 }
 
+impl Prepared {
+    /// `slot` written to `key` of `table`, with its prefix and hash.
+    pub fn new(table: TableId, key: Arc<[u8]>, slot: Slot) -> Prepared {
+        Prepared {
+            prefix: key_prefix(&key),
+            hash: filter::hash(table, &key),
+            key,
+            slot,
+        }
+    }
+}
+
 /// Key order of two writes.
 fn written_order(a: &Written, b: &Written) -> Ordering {
     key_order((a.prefix, &a.key), (b.prefix, &b.key))

@@ -22,6 +22,7 @@ use super::budget::Reserved;
 use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
+use crate::txn::KeyIndex;
 use crate::txn::{
     CfShared, CfVersion, Durability, FoldCarry, FoldMark, FoldProgress, WriteState, WriterGuard,
     WriterSlot, ROUND_BATCH,
@@ -190,7 +191,7 @@ impl DbShared {
         let version = st.base.version.next();
         let gate = cf.commit_gate.lock();
         let (_, end) = self.wal().append(payload)?;
-        let v = install_buffered(cf, st, &mut lock, version, end);
+        let v = install_buffered(cf, st, &mut lock, version, end, KeyIndex::Build);
         reserved.keep();
         let buffered_bytes = v.buffer.bytes();
         let pending = Unpublished::new(self, cf, v);
@@ -545,7 +546,10 @@ impl DbShared {
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         // Buffered in every CF, or the trees are written in every CF.
         let bufferable = logged && states.iter().all(|st| !st.needs_tree_commit());
-        let total: u64 = states.iter().map(|st| st.buffer_charge()).sum();
+        let total: u64 = states
+            .iter()
+            .map(|st| st.buffer_charge(KeyIndex::Build))
+            .sum();
         let reserved = bufferable.then(|| self.budget.reserve(total)).flatten();
         let buffered = reserved.is_some();
         if !buffered {
@@ -575,7 +579,7 @@ impl DbShared {
         for ((cf, lock), st) in locked.iter_mut().zip(states.iter_mut()) {
             let version = st.base.version.next();
             let v = if buffered {
-                install_buffered(cf, st, lock, version, end)
+                install_buffered(cf, st, lock, version, end, KeyIndex::Build)
             } else {
                 self.install_version(cf, st, lock, version, end)
             };
@@ -723,6 +727,7 @@ pub(super) fn install_buffered(
     slot: &mut WriterSlot,
     version: Version,
     lsn: Lsn,
+    index: KeyIndex,
 ) -> Arc<CfVersion> {
     let base = st.base.clone();
     debug_assert!(
@@ -737,7 +742,7 @@ pub(super) fn install_buffered(
         lsn >= base.lsn,
         "design.md §11.6: a CF's LSNs must not go backwards"
     );
-    let (before, charge) = (base.buffer.bytes(), st.buffer_charge());
+    let (before, charge) = (base.buffer.bytes(), st.buffer_charge(index));
     let mut deltas = (*base.deltas).clone();
     for id in st.writes.tables() {
         let Some(w) = st.writes.take_table(id) else {
@@ -750,7 +755,8 @@ pub(super) fn install_buffered(
         // paths through the skip list (500,000 removes in random order
         // spent a third of the commit searching it). Moved, not cloned:
         // the commit is done with its write set.
-        let mut ins = base.buffer.inserting(id, version);
+        let mut ins = base.buffer.inserting(id, version, index);
+        ins.expect(w.len());
         w.into_key_order(|w| ins.push(w));
         ins.finish();
         *deltas.entry(id).or_default() += delta;

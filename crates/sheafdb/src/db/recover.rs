@@ -223,7 +223,11 @@ impl CfReplay {
         // Within the database-wide buffer limit, or the trees are
         // written (B1 holds from the first version on).
         let reserved = bufferable
-            .then(|| shared.budget.reserve(self.state.buffer_charge()))
+            .then(|| {
+                shared
+                    .budget
+                    .reserve(self.state.buffer_charge(crate::txn::KeyIndex::Skip))
+            })
             .flatten();
         let buffered = reserved.is_some();
         if !buffered {
@@ -246,7 +250,15 @@ impl CfReplay {
         if buffered {
             // Only puts and removals: they become one buffered version,
             // and open writes no page (design.md "Write buffer").
-            super::commit::install_buffered(&self.cf, &mut self.state, &mut slot, version, lsn);
+            let skip = crate::txn::KeyIndex::Skip;
+            super::commit::install_buffered(
+                &self.cf,
+                &mut self.state,
+                &mut slot,
+                version,
+                lsn,
+                skip,
+            );
             reserved.into_iter().for_each(|r| r.keep());
         } else {
             shared.install_version(&self.cf, &mut self.state, &mut slot, version, lsn);

@@ -633,7 +633,11 @@ impl WriteTransaction {
                 .as_ref()
                 .is_some_and(|p| p.len() as u64 <= self.shared.wal().options().max_record_bytes);
         let reserved = bufferable
-            .then(|| self.shared.budget.reserve(st.buffer_charge()))
+            .then(|| {
+                self.shared
+                    .budget
+                    .reserve(st.buffer_charge(crate::txn::KeyIndex::Build))
+            })
             .flatten();
         if let (Some(r), Some(p)) = (reserved, &payload) {
             if st.writes.is_empty() {

@@ -29,6 +29,9 @@ pub mod savepoint;
 pub mod state;
 pub mod version;
 
+/// Whether a commit's writes go into the buffer's key index (replay's
+/// do not), as the database layer names it.
+pub(crate) use crate::buffer::mem::KeyIndex;
 pub(crate) use state::{
     check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
     ROUND_BATCH, SPILL_BYTES,

@@ -657,8 +657,8 @@ impl WriteState {
 
     /// The bytes inserting this transaction's writes into a buffer
     /// charges (what a buffered commit reserves in the budget).
-    pub fn buffer_charge(&self) -> u64 {
-        crate::buffer::mem::MemBuffer::charge_of(&self.writes)
+    pub fn buffer_charge(&self, index: crate::buffer::mem::KeyIndex) -> u64 {
+        crate::buffer::mem::MemBuffer::charge_of(&self.writes, index)
     }
 
     /// True if committing must write the trees: the buffer was folded, the

@@ -318,7 +318,7 @@ impl FoldCarry {
         }
         deltas.retain(|_, d| *d != 0);
         let Some(cursor) = next else {
-            let rest = Arc::new(MemBuffer::new());
+            let rest = Arc::new(MemBuffer::after(&head.buffer));
             for (table, key, version, slot) in head.buffer.entries_after(progress.upto) {
                 rest.insert(table, key, version, slot);
             }
