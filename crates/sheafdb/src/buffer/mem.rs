@@ -179,25 +179,68 @@ pub struct MemBuffer {
     filter: KeyFilter,
     /// The newest write of each key hash (see [`Newest`]): a point read
     /// of a key the buffer holds is one hash probe, not a seek through a
-    /// skip list of a million nodes.
+    /// skip list of a million nodes. Kept from [`INDEX_FROM`] entries on.
     index: papaya::HashMap<u64, Newest, IdHashBuilder>,
-    /// Set once writes went in without the index ([`KeyIndex::Skip`]):
-    /// a key the index lacks may then still be here.
-    partial: AtomicBool,
+    /// Writes go into the index as they are inserted (set by the
+    /// committer once the buffer holds `index_from` entries).
+    indexing: AtomicBool,
+    /// Every write is in the index: a key it lacks is not here. Set after
+    /// the backfill's last insert (`Release`); a reader loads it before
+    /// probing (`Acquire`), so a miss it trusts saw every insert.
+    complete: AtomicBool,
+    /// The committer's walk over the writes made before `indexing`.
+    backfill: parking_lot::Mutex<Backfill>,
+    /// Entries at which indexing starts ([`INDEX_FROM`]; tests lower it).
+    index_from: u64,
+    /// Writes the backfill walks at once ([`BACKFILL_CHUNK`]).
+    backfill_chunk: u64,
     /// Tests narrow the index's hashes to make different keys share them.
     #[cfg(test)]
     index_mask: u64,
 }
 
-/// Whether a batch of writes goes into the key index.
+/// Entries a buffer holds before it indexes its keys. Below this a seek
+/// through the skip list stays short and mostly in cache, and commits of
+/// a small buffer pay nothing for an index (a no-sync single-row commit
+/// ran about a fifth slower with every write indexed: `sheaf-bench peers
+/// --engines sheafdb`, 50,000 no-sync single-insert txns, 101k–127k
+/// against 129k–164k txn/s, alternating runs).
+pub const INDEX_FROM: u64 = 65_536;
+
+/// Writes the backfill walks at once, so the seek that resumes it is paid
+/// once per so many; it walks four older writes per new one, so a buffer
+/// that starts indexing at `n` entries is complete by `1.25 n`.
+pub const BACKFILL_CHUNK: u64 = 256;
+const BACKFILL_PER_WRITE: u64 = 4;
+
+/// How far the committer has filled a buffer's key index.
+#[derive(Debug, Default)]
+enum Backfill {
+    /// Not indexing: the buffer is small.
+    #[default]
+    Off,
+    /// New writes are indexed; older ones are walked from `from` (the
+    /// next map key: table, key, reversed version; `None`: the start),
+    /// `credit` writes' worth at a time.
+    Filling {
+        from: Option<(TableId, Arc<[u8]>, u64)>,
+        credit: u64,
+    },
+    /// Every write is indexed.
+    Done,
+}
+
+/// Whether a batch of writes moves the key index on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyIndex {
-    /// Commits: every point read of these keys is one hash probe.
+    /// Commits: a large buffer starts indexing, and walks older writes
+    /// into the index, as commits go in.
     Build,
-    /// Replay at open: the index would cost a fifth of a reopen (two
-    /// cache misses and an allocation per write, 20 ms of 75 for 100,000
-    /// records), so reads of replayed keys seek the skip list until the
-    /// buffer is folded; later commits are indexed as usual.
+    /// Replay at open: neither (indexing 100,000 replayed writes cost a
+    /// fifth of a reopen: a cold reference count, a random table slot and
+    /// an allocation per write). Its writes are indexed only if the
+    /// buffer already is; otherwise the first commits after open walk
+    /// them into the index. Charged no index bytes.
     Skip,
 }
 
@@ -218,7 +261,10 @@ impl KeyIndex {
 /// and writes go in in version order; so no later write of the key can be
 /// visible at `at`. Otherwise (a newer write, or another key with the
 /// same hash) the read seeks the skip list. An absent hash means no write
-/// of the key is visible here at all.
+/// of the key is visible here at all, once the index is complete. (A
+/// write the backfill walks in is its key's newest: the walk meets a
+/// key's versions newest first and inserts only into an absent hash,
+/// and every later write of the key replaces the entry.)
 #[derive(Debug)]
 struct Newest {
     table: TableId,
@@ -245,6 +291,8 @@ impl MemBuffer {
     pub fn new() -> MemBuffer {
         MemBuffer {
             oldest: AtomicU64::new(u64::MAX),
+            index_from: INDEX_FROM,
+            backfill_chunk: BACKFILL_CHUNK,
             #[cfg(test)]
             index_mask: u64::MAX,
             ..MemBuffer::default()
@@ -259,19 +307,32 @@ impl MemBuffer {
         let capacity = prev.index.len();
         MemBuffer {
             index: papaya::HashMap::with_capacity_and_hasher(capacity, IdHashBuilder::default()),
+            index_from: prev.index_from,
+            backfill_chunk: prev.backfill_chunk,
+            #[cfg(test)]
+            index_mask: prev.index_mask,
             ..MemBuffer::new()
         }
     }
 
-    /// A buffer whose key index keeps only `bits` bits of each hash, so
-    /// most keys share an index entry with others (tests of the reads
-    /// that must then seek the skip list).
+    /// A buffer that indexes its keys from `from` entries on, walking
+    /// older writes in `chunk` at a time, with only `bits` bits of each
+    /// key's hash (fewer than 64: most keys share an index entry with
+    /// others, and reads must then seek the skip list).
     #[cfg(test)]
-    pub fn with_narrow_index(bits: u32) -> MemBuffer {
+    pub fn with_index(from: u64, chunk: u64, bits: u32) -> MemBuffer {
         MemBuffer {
-            index_mask: (1u64 << bits) - 1,
+            index_from: from,
+            backfill_chunk: chunk,
+            index_mask: u64::MAX >> (64 - bits),
             ..MemBuffer::new()
         }
+    }
+
+    /// True once every write is in the key index.
+    #[cfg(test)]
+    pub fn index_complete(&self) -> bool {
+        self.complete.load(Ordering::Acquire)
     }
 
     /// The key index's hash for a key hashing to `h`.
@@ -316,16 +377,9 @@ impl MemBuffer {
             table,
             version,
             filter: self.filter.adder(),
+            mode: index,
             overhead: index.overhead(),
-            index: match index {
-                KeyIndex::Build => Some(self.index.pin()),
-                KeyIndex::Skip => {
-                    // Before any write goes in: a reader that can see one
-                    // sees the flag.
-                    self.partial.store(true, Ordering::Release);
-                    None
-                }
-            },
+            index: (self.indexing.load(Ordering::Acquire)).then(|| self.index.pin()),
             charge: 0,
             count: 0,
         }
@@ -372,18 +426,107 @@ impl MemBuffer {
         if self.entries() == 0 || !self.filter.may_contain(h) {
             return None;
         }
-        let index = self.index.pin();
-        match index.get(&self.index_hash(h)) {
-            None if !self.partial.load(Ordering::Acquire) => return None,
-            Some(n) if n.table == table && n.version <= at && *n.key == *key => {
-                return Some(n.slot.clone());
-            }
-            _ => {}
+        if let Some(found) = self.ask_index(table, key, h, at) {
+            return found;
         }
         let p = probe(table, Pos::Key(key), u64::MAX - at.0);
         let e = self.map.lower_bound(Bound::Included(&p as &dyn KeyView))?;
         let k = e.key();
         (k.table == table && *k.key == *key).then(|| e.value().clone())
+    }
+
+    /// What the key index says of `key` (hashing to `h`) at `at`, if it
+    /// decides: `Some(Some(slot))` its newest write `≤ at`, `Some(None)`
+    /// none here (the index is complete and lacks the hash). `None`: ask
+    /// the skip list (no index yet, another key or a newer write under
+    /// the hash, or an incomplete index without the hash).
+    fn ask_index(&self, table: TableId, key: &[u8], h: u64, at: Version) -> Option<Option<Slot>> {
+        // Before the probe: if the index was complete, every insert the
+        // backfill made is seen by the probe.
+        let complete = self.complete.load(Ordering::Acquire);
+        if !complete && !self.indexing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let index = self.index.pin();
+        match index.get(&self.index_hash(h)) {
+            None if complete => Some(None),
+            Some(n) if n.table == table && n.version <= at && *n.key == *key => {
+                Some(Some(n.slot.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// After a commit's batch of `written` writes: starts indexing once
+    /// the buffer holds `index_from` entries, and walks older writes into
+    /// the index, [`BACKFILL_PER_WRITE`] per new write, a chunk at a time.
+    /// Called by the committer only (the lock is never contended).
+    fn advance_index(&self, written: u64) {
+        let mut fill = self.backfill.lock();
+        if matches!(*fill, Backfill::Off) {
+            if self.entries() < self.index_from {
+                return;
+            }
+            self.index.pin().reserve(self.entries() as usize);
+            self.indexing.store(true, Ordering::Release);
+            *fill = Backfill::Filling {
+                from: None,
+                credit: 0,
+            };
+        }
+        let Backfill::Filling { from, credit } = &mut *fill else {
+            return;
+        };
+        *credit += written * BACKFILL_PER_WRITE;
+        if *credit < self.backfill_chunk {
+            return;
+        }
+        match self.backfill_from(from.take(), std::mem::take(credit)) {
+            Some(next) => *from = Some(next),
+            None => {
+                // After the walk's last insert: a reader that sees the
+                // flag sees them all.
+                self.complete.store(true, Ordering::Release);
+                *fill = Backfill::Done;
+            }
+        }
+    }
+
+    /// Walks up to `max` writes from `from` into the index, each whose
+    /// hash it lacks. The next map key to walk from, or `None` at the end.
+    fn backfill_from(
+        &self,
+        from: Option<(TableId, Arc<[u8]>, u64)>,
+        max: u64,
+    ) -> Option<(TableId, Arc<[u8]>, u64)> {
+        let start = match &from {
+            None => Bound::Unbounded,
+            Some((t, k, rev)) => Bound::Included(probe(*t, Pos::Key(k), *rev)),
+        };
+        let index = self.index.pin();
+        let mut cur = self.map.lower_bound(as_dyn(&start));
+        let mut walked = 0;
+        while let Some(e) = cur {
+            let k = e.key();
+            if walked == max {
+                return Some((k.table, k.key.clone(), k.rev));
+            }
+            walked += 1;
+            // A key's versions come newest first: the first one walked
+            // takes an absent hash, older ones find it taken.
+            let h = self.index_hash(hash(k.table, &k.key));
+            if index.get(&h).is_none() {
+                let n = Newest {
+                    table: k.table,
+                    key: k.key.clone(),
+                    version: k.version(),
+                    slot: e.value().clone(),
+                };
+                index.insert(h, n);
+            }
+            cur = e.next();
+        }
+        None
     }
 
     /// The first key of `table` within `(lo, hi)` that has a version `≤ at`
@@ -578,7 +721,9 @@ pub struct Inserting<'b> {
     table: TableId,
     version: Version,
     filter: super::filter::FilterAdder<'b>,
-    /// `None`: [`KeyIndex::Skip`].
+    /// Whether the batch moves the index on.
+    mode: KeyIndex,
+    /// `None`: the buffer is not indexing yet.
     index: Option<papaya::HashMapRef<'b, u64, Newest, IdHashBuilder, papaya::LocalGuard<'b>>>,
     /// Bytes charged per write on top of its key and value.
     overhead: u64,
@@ -609,8 +754,9 @@ impl Inserting<'_> {
             key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + self.overhead;
         self.count += 1;
         self.filter.add(h);
-        // Indexed: the key and value are shared with the index entry (a
-        // replayed key is not cloned: its count sits on a cold line).
+        // Indexed: the key and value are shared with the index entry
+        // (otherwise the key is not cloned: replay's keys' counts sit on
+        // cold lines).
         let newest = self.index.is_some().then(|| Newest {
             table: self.table,
             key: key.clone(),
@@ -642,6 +788,9 @@ impl Inserting<'_> {
         buf.oldest.fetch_min(v, Ordering::AcqRel);
         buf.bytes.fetch_add(self.charge, Ordering::Relaxed);
         buf.entries.fetch_add(self.count, Ordering::Relaxed);
+        if self.mode == KeyIndex::Build {
+            buf.advance_index(self.count);
+        }
     }
 }
 

@@ -127,18 +127,25 @@ fn a_buffer_answers_points_and_seeks_like_its_history() {
     answers_like_its_history(MemBuffer::new, 0);
 }
 
+/// The same with every write in the key index from the first commit on.
+#[test]
+fn an_indexed_buffer_answers_points_and_seeks_like_its_history() {
+    answers_like_its_history(|| MemBuffer::with_index(0, 1, 64), 0);
+}
+
 /// Writes replay inserted without the key index are found all the same,
-/// before and after indexed writes of the same keys.
+/// before and after indexed writes of the same keys, with the index
+/// started part way and filled over several commits.
 #[test]
 fn a_buffer_with_replayed_writes_answers_like_its_history() {
-    answers_like_its_history(MemBuffer::new, 9);
+    answers_like_its_history(|| MemBuffer::with_index(10, 3, 64), 9);
 }
 
 /// The same with an index where keys share hashes: a point read whose
 /// index entry names another key must still find its own.
 #[test]
 fn a_buffer_whose_keys_share_index_hashes_answers_like_its_history() {
-    answers_like_its_history(|| MemBuffer::with_narrow_index(1), 0);
+    answers_like_its_history(|| MemBuffer::with_index(0, 1, 1), 0);
 }
 
 fn answers_like_its_history(new: fn() -> MemBuffer, replayed: u64) {
@@ -591,9 +598,55 @@ fn an_unsettled_blind_log_yields_each_keys_last_write() {
 
 /// Readers at a published version see exactly the commits up to it while
 /// the committer keeps inserting newer ones.
+/// Point reads at every version after every commit, while the key index
+/// starts part way, fills over later commits and completes; with full
+/// and with narrowed hashes, and with replayed writes first.
+#[test]
+fn point_reads_match_the_history_while_the_index_fills() {
+    let mut completed = 0;
+    for seed in 0..300u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let bits = if seed % 3 == 0 { 2 } else { 64 };
+        let from = rng.gen_range(0..12);
+        let buf = MemBuffer::with_index(from, rng.gen_range(1..6), bits);
+        let replayed = if seed % 2 == 0 {
+            rng.gen_range(1..8)
+        } else {
+            0
+        };
+        let mut hist = History::new();
+        for v in 1..24u64 {
+            fill_indexing(&mut rng, &buf, (v, 1), replayed, &mut hist);
+            for at in 0..=v {
+                for t in [T1, T2] {
+                    for k in [vec![], vec![0], vec![1, 2], vec![3, 3], vec![2], vec![1]] {
+                        let want = hist
+                            .get(&(t, k.clone()))
+                            .and_then(|h| newest(h, Version(at)));
+                        assert_eq!(
+                            buf.get(t, &k, Version(at)),
+                            want,
+                            "seed {seed} after commit {v}: get {t:?} {k:?} at {at}"
+                        );
+                    }
+                }
+            }
+        }
+        completed += buf.index_complete() as u32;
+    }
+    // The walk finished in most cases, so complete indexes were read too.
+    assert!(completed > 100, "only {completed} of 300 indexes completed");
+}
+
 #[test]
 fn readers_see_exactly_their_version_during_inserts() {
-    let buf = Arc::new(MemBuffer::new());
+    readers_see_their_version(MemBuffer::new());
+    // The key index starts at 1,000 entries and fills while they read.
+    readers_see_their_version(MemBuffer::with_index(1_000, 64, 64));
+}
+
+fn readers_see_their_version(buf: MemBuffer) {
+    let buf = Arc::new(buf);
     let published = Arc::new(AtomicU64::new(0));
     const N: u64 = 20_000;
     let readers: Vec<_> = (0..2)
