@@ -194,6 +194,9 @@ pub struct MemBuffer {
     index_from: u64,
     /// Writes the backfill walks at once ([`BACKFILL_CHUNK`]).
     backfill_chunk: u64,
+    /// Keys the buffer before this one indexed: room the index takes
+    /// when it starts, so a workload as busy as the last never grows it.
+    index_hint: u64,
     /// Tests narrow the index's hashes to make different keys share them.
     #[cfg(test)]
     index_mask: u64,
@@ -299,14 +302,13 @@ impl MemBuffer {
         }
     }
 
-    /// An empty buffer to follow `prev` (a fold's new buffer): its key
-    /// index starts with room for as many keys as `prev` indexed, so a
-    /// workload as busy as the last one never grows it (growing moves
-    /// every entry while commits wait).
+    /// An empty buffer to follow `prev` (a fold's new buffer): if its key
+    /// index starts, it takes room for as many keys as `prev` indexed, so
+    /// a workload as busy as the last one never grows it (growing moves
+    /// every entry while commits wait). Nothing is allocated before then.
     pub fn after(prev: &MemBuffer) -> MemBuffer {
-        let capacity = prev.index.len();
         MemBuffer {
-            index: papaya::HashMap::with_capacity_and_hasher(capacity, IdHashBuilder::default()),
+            index_hint: prev.index.len() as u64,
             index_from: prev.index_from,
             backfill_chunk: prev.backfill_chunk,
             #[cfg(test)]
@@ -467,7 +469,8 @@ impl MemBuffer {
             if self.entries() < self.index_from {
                 return;
             }
-            self.index.pin().reserve(self.entries() as usize);
+            let room = self.entries().max(self.index_hint);
+            self.index.pin().reserve(room as usize);
             self.indexing.store(true, Ordering::Release);
             *fill = Backfill::Filling {
                 from: None,
