@@ -464,6 +464,12 @@ impl MemBuffer {
     /// the index, [`BACKFILL_PER_WRITE`] per new write, a chunk at a time.
     /// Called by the committer only (the lock is never contended).
     fn advance_index(&self, written: u64) {
+        // Most commits: a small buffer, or a complete index. Told without
+        // the lock (the committer wrote both flags).
+        let small = !self.indexing.load(Ordering::Relaxed) && self.entries() < self.index_from;
+        if small || self.complete.load(Ordering::Relaxed) {
+            return;
+        }
         let mut fill = self.backfill.lock();
         if matches!(*fill, Backfill::Off) {
             if self.entries() < self.index_from {

@@ -22,10 +22,9 @@ use super::budget::Reserved;
 use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
 use crate::pager::alloc::ReclaimBatch;
-use crate::txn::KeyIndex;
 use crate::txn::{
-    CfShared, CfVersion, Durability, FoldCarry, FoldMark, FoldProgress, WriteState, WriterGuard,
-    WriterSlot, ROUND_BATCH,
+    CfShared, CfVersion, Durability, FoldCarry, FoldMark, FoldProgress, KeyIndex, WriteState,
+    WriterGuard, WriterSlot, ROUND_BATCH,
 };
 use crate::types::{CfId, Lsn, PageId, Version};
 use crate::wal::record::Op;

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
 use crate::txn::pages::TxnPages;
 use crate::txn::state::{check_table_name, lookup_table};
-use crate::txn::{CfShared, TableState, WriteState};
+use crate::txn::{CfShared, KeyIndex, TableState, WriteState};
 use crate::types::{CfId, IdMap, Lsn, TableId, COUNTER_LIMIT};
 use crate::wal::record::{decode_commit, Op};
 
@@ -226,7 +226,7 @@ impl CfReplay {
             .then(|| {
                 shared
                     .budget
-                    .reserve(self.state.buffer_charge(crate::txn::KeyIndex::Skip))
+                    .reserve(self.state.buffer_charge(KeyIndex::Skip))
             })
             .flatten();
         let buffered = reserved.is_some();
@@ -250,15 +250,8 @@ impl CfReplay {
         if buffered {
             // Only puts and removals: they become one buffered version,
             // and open writes no page (design.md "Write buffer").
-            let skip = crate::txn::KeyIndex::Skip;
-            super::commit::install_buffered(
-                &self.cf,
-                &mut self.state,
-                &mut slot,
-                version,
-                lsn,
-                skip,
-            );
+            let (cf, st) = (&self.cf, &mut self.state);
+            super::commit::install_buffered(cf, st, &mut slot, version, lsn, KeyIndex::Skip);
             reserved.into_iter().for_each(|r| r.keep());
         } else {
             shared.install_version(&self.cf, &mut self.state, &mut slot, version, lsn);

@@ -24,7 +24,7 @@ use crate::table::{
 use crate::txn::pages::ReadPages;
 use crate::txn::{
     check_table_name, check_types, list_catalog, lookup_table, CfShared, CfVersion, DbVersion,
-    Durability, WriteCore, WriteState, WriterGuard,
+    Durability, KeyIndex, WriteCore, WriteState, WriterGuard,
 };
 use crate::types::{CfId, TableId};
 
@@ -636,7 +636,7 @@ impl WriteTransaction {
             .then(|| {
                 self.shared
                     .budget
-                    .reserve(st.buffer_charge(crate::txn::KeyIndex::Build))
+                    .reserve(st.buffer_charge(KeyIndex::Build))
             })
             .flatten();
         if let (Some(r), Some(p)) = (reserved, &payload) {

@@ -657,7 +657,7 @@ impl WriteState {
 
     /// The bytes inserting this transaction's writes into a buffer
     /// charges (what a buffered commit reserves in the budget).
-    pub fn buffer_charge(&self, index: crate::buffer::mem::KeyIndex) -> u64 {
+    pub fn buffer_charge(&self, index: super::KeyIndex) -> u64 {
         crate::buffer::mem::MemBuffer::charge_of(&self.writes, index)
     }
 
