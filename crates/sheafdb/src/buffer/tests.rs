@@ -46,6 +46,11 @@ fn drained_in_key_order(ws: &mut WriteSet) -> Vec<(Vec<u8>, Slot)> {
     got
 }
 
+/// Keys point reads are checked at: some of them written, some not.
+fn point_keys() -> [Vec<u8>; 6] {
+    [vec![], vec![0], vec![1], vec![1, 2], vec![2], vec![3, 3]]
+}
+
 fn slot(rng: &mut StdRng) -> Slot {
     if rng.gen_bool(0.3) {
         None
@@ -157,7 +162,7 @@ fn answers_like_its_history(new: fn() -> MemBuffer, replayed: u64) {
         for at in 0..17u64 {
             let at = Version(at);
             for t in [T1, T2] {
-                for k in [vec![], vec![0], vec![1, 2], vec![3, 3], vec![2]] {
+                for k in point_keys() {
                     let want = hist.get(&(t, k.clone())).and_then(|h| newest(h, at));
                     assert_eq!(
                         buf.get(t, &k, at),
@@ -596,8 +601,6 @@ fn an_unsettled_blind_log_yields_each_keys_last_write() {
     assert_eq!(drained_in_key_order(&mut ws), want);
 }
 
-/// Readers at a published version see exactly the commits up to it while
-/// the committer keeps inserting newer ones.
 /// Point reads at every version after every commit, while the key index
 /// starts part way, fills over later commits and completes; with full
 /// and with narrowed hashes, and with replayed writes first.
@@ -619,7 +622,7 @@ fn point_reads_match_the_history_while_the_index_fills() {
             fill_indexing(&mut rng, &buf, (v, 1), replayed, &mut hist);
             for at in 0..=v {
                 for t in [T1, T2] {
-                    for k in [vec![], vec![0], vec![1, 2], vec![3, 3], vec![2], vec![1]] {
+                    for k in point_keys() {
                         let want = hist
                             .get(&(t, k.clone()))
                             .and_then(|h| newest(h, Version(at)));
@@ -638,6 +641,8 @@ fn point_reads_match_the_history_while_the_index_fills() {
     assert!(completed > 100, "only {completed} of 300 indexes completed");
 }
 
+/// Readers at a published version see exactly the commits up to it while
+/// the committer keeps inserting newer ones.
 #[test]
 fn readers_see_exactly_their_version_during_inserts() {
     readers_see_their_version(MemBuffer::new());
