@@ -241,9 +241,9 @@ pub enum KeyIndex {
     Build,
     /// Replay at open: neither (indexing 100,000 replayed writes cost a
     /// fifth of a reopen: a cold reference count, a random table slot and
-    /// an allocation per write). Its writes are indexed only if the
-    /// buffer already is; otherwise the first commits after open walk
-    /// them into the index. Charged no index bytes.
+    /// an allocation per write). Replay fills buffers no commit has
+    /// indexed yet; the first commits after open walk its writes into the
+    /// index. Charged no index bytes.
     Skip,
 }
 
@@ -374,13 +374,16 @@ impl MemBuffer {
             "buffer versions went backwards: {} after {newest}",
             version.0
         );
+        debug_assert!(
+            index == KeyIndex::Build || !self.indexing.load(Ordering::Relaxed),
+            "replay into a buffer that commits have indexed (its writes would be charged no index bytes)"
+        );
         Inserting {
             buf: self,
             table,
             version,
             filter: self.filter.adder(),
             mode: index,
-            overhead: index.overhead(),
             index: (self.indexing.load(Ordering::Acquire)).then(|| self.index.pin()),
             charge: 0,
             count: 0,
@@ -734,8 +737,6 @@ pub struct Inserting<'b> {
     mode: KeyIndex,
     /// `None`: the buffer is not indexing yet.
     index: Option<papaya::HashMapRef<'b, u64, Newest, IdHashBuilder, papaya::LocalGuard<'b>>>,
-    /// Bytes charged per write on top of its key and value.
-    overhead: u64,
     charge: u64,
     count: u64,
 }
@@ -760,7 +761,7 @@ impl Inserting<'_> {
             slot,
         } = w;
         self.charge +=
-            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + self.overhead;
+            key.len() as u64 + slot.as_ref().map_or(0, |v| v.len() as u64) + self.mode.overhead();
         self.count += 1;
         self.filter.add(h);
         // Indexed: the key and value are shared with the index entry
