@@ -19,7 +19,7 @@ use std::ops::Bound;
 
 use super::node::{NodeRef, MAX_LEVEL};
 use super::store::PageRead;
-use super::{child_level, load_value, read_node, Bytes, KeyRef, TreeRoot, ValueRef};
+use super::{child_level, load_value, read_node_for, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
 use crate::format::page::PageHandle;
 use crate::types::PageId;
@@ -146,6 +146,11 @@ impl Aim<'_> {
         }
     }
 
+    /// True if the aim searches pages for a key (not just an end).
+    fn searches(self) -> bool {
+        !matches!(self, Aim::First | Aim::Last)
+    }
+
     /// The leaf frame index (see [`Frame`]).
     fn leaf_idx(self, node: &NodeRef) -> Result<usize> {
         match self {
@@ -171,7 +176,7 @@ fn descend<S: PageRead + ?Sized>(
 ) -> Result<()> {
     let ps = store.page_size();
     loop {
-        let page = read_node(store, id, level)?;
+        let page = read_node_for(store, id, level, aim.searches())?;
         let node = NodeRef::parse(&page, id, ps)?;
         if node.is_leaf() {
             if node.count() == 0 && !stack.is_empty() {

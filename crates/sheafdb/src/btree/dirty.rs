@@ -10,7 +10,7 @@
 
 use super::node::{NodeRef, ValueLoc};
 use super::store::PageRead;
-use super::{child_level, read_node, read_overflow, TreeRoot};
+use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::Result;
 use crate::format::page::PageRef;
 use crate::types::PageId;
@@ -36,7 +36,7 @@ fn visit<S: PageRead + ?Sized>(
     is_dirty: &dyn Fn(PageId) -> bool,
     out: &mut Vec<(PageId, PageRef)>,
 ) -> Result<()> {
-    let page = read_node(store, id, level)?;
+    let page = read_node_for(store, id, level, false)?;
     let node = NodeRef::parse(&page, id, store.page_size())?;
     if node.is_leaf() {
         for i in 0..node.count() {

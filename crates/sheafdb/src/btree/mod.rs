@@ -164,12 +164,28 @@ pub(crate) fn read_node<S: PageRead + ?Sized>(
     id: PageId,
     expect_level: Option<u8>,
 ) -> Result<PageHandle> {
+    read_node_for(store, id, expect_level, true)
+}
+
+/// [`read_node`] for a caller that searches a leaf for a key (`search`)
+/// or only walks its cells from one end (a scan: a repack, a backup, the
+/// next leaf of a range). A scan neither builds a leaf's index nor counts
+/// as the search after which one is built: a repack right after a backup
+/// built an index for every leaf it copied and then freed
+/// (design.md "A search index kept with the page").
+pub(crate) fn read_node_for<S: PageRead + ?Sized>(
+    store: &S,
+    id: PageId,
+    expect_level: Option<u8>,
+    search: bool,
+) -> Result<PageHandle> {
     let page = store.read_handle(id, 1)?;
     let node = NodeRef::parse(&page, id, store.page_size())?;
     // Shared through the cache, so never mutated: worth an index; a leaf
     // only once it is searched again (building it costs more than one
     // search, and a fold replaces every leaf it touches).
-    if matches!(page, PageHandle::Slot(_)) && (!node.is_leaf() || page.searched_before()) {
+    let cached = matches!(page, PageHandle::Slot(_));
+    if cached && (!node.is_leaf() || (search && page.searched_before())) {
         node.build_index();
     }
     if let Some(level) = expect_level {

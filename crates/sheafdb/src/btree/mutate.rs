@@ -23,7 +23,9 @@ use super::node::{
     ValueLoc, BRANCH_CELL_HEADER, MAX_LEVEL, SLOT_LEN,
 };
 use super::store::{PageRead, PageWrite};
-use super::{child_level, read_node, read_overflow, Bytes, KeyRef, TreeRoot, ValueRef};
+use super::{
+    child_level, read_node, read_node_for, read_overflow, Bytes, KeyRef, TreeRoot, ValueRef,
+};
 use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, PageHandle, PageType, HEADER_LEN};
 use crate::types::PageId;
@@ -747,8 +749,8 @@ fn try_merge<S: PageWrite + ?Sized>(
         }
         let sep = parent.branch_key(j)?;
         let level = child_level(pid, parent.level())?;
-        let lpage = read_node(store, lid, Some(level))?;
-        let rpage = read_node(store, rid, Some(level))?;
+        let lpage = read_node_for(store, lid, Some(level), false)?;
+        let rpage = read_node_for(store, rid, Some(level), false)?;
         let l = NodeRef::parse(&lpage, lid, ps)?;
         let r = NodeRef::parse(&rpage, rid, ps)?;
         let extra = if level > 0 {

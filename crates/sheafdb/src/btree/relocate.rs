@@ -11,7 +11,7 @@
 
 use super::node::{copy_node, set_child, set_overflow, NodeRef, ValueLoc};
 use super::store::PageWrite;
-use super::{child_level, read_node, read_overflow, TreeRoot};
+use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::{pages_for_payload, PageBuf, OFF_ID};
 use crate::types::PageId;
@@ -75,7 +75,7 @@ fn node<S: PageWrite + ?Sized>(
     moved: &mut u64,
 ) -> Result<Option<PageId>> {
     let ps = store.page_size();
-    let page = read_node(store, id, level)?;
+    let page = read_node_for(store, id, level, false)?;
     let n = NodeRef::parse(&page, id, ps)?;
     if n.is_leaf() {
         let mut runs = Vec::new();

@@ -1704,3 +1704,118 @@ fn a_batch_out_of_order_is_corrupted_and_changes_nothing() {
     assert!(check_store(&s, &root)[0] > 0);
     assert_eq!(get(&s, &root, &7u64.to_be_bytes()).unwrap(), None);
 }
+
+/// A store serving a [`MemStore`]'s committed runs the way the page cache
+/// does: as slot guards, whose pages the tree may give a search index.
+struct Cached {
+    page_size: usize,
+    cf: crate::types::CfId,
+    slots: std::collections::HashMap<PageId, arc_swap::ArcSwapOption<crate::format::page::PageBuf>>,
+}
+
+impl Cached {
+    fn over(s: &MemStore) -> Cached {
+        let slots = (s.live().iter())
+            .map(|(&id, &n)| {
+                (
+                    id,
+                    arc_swap::ArcSwapOption::new(Some(s.read_run(id, n).unwrap())),
+                )
+            })
+            .collect();
+        Cached {
+            page_size: s.page_size(),
+            cf: s.cf(),
+            slots,
+        }
+    }
+
+    /// Leaves and branches that carry a search index.
+    fn indexed(&self) -> (usize, usize) {
+        let (mut leaves, mut branches) = (0, 0);
+        for (&id, slot) in &self.slots {
+            let page = slot.load_full().unwrap();
+            let Ok(node) = NodeRef::parse(&page, id, self.page_size) else {
+                continue; // an overflow run
+            };
+            if page.index_or(|_| None).is_some() {
+                *(if node.is_leaf() {
+                    &mut leaves
+                } else {
+                    &mut branches
+                }) += 1;
+            }
+        }
+        (leaves, branches)
+    }
+}
+
+impl store::PageRead for Cached {
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn cf(&self) -> crate::types::CfId {
+        self.cf
+    }
+
+    fn read_run(&self, id: PageId, _npages: u32) -> Result<crate::format::page::PageRef> {
+        (self.slots.get(&id).and_then(|s| s.load_full()))
+            .ok_or_else(|| Error::corrupted_page(id, "no such page"))
+    }
+
+    fn read_handle(&self, id: PageId, _npages: u32) -> Result<crate::format::page::PageHandle> {
+        (self.slots.get(&id))
+            .and_then(|s| crate::format::page::PageHandle::guarded(s.load()))
+            .ok_or_else(|| Error::corrupted_page(id, "no such page"))
+    }
+}
+
+/// Walking leaves from one end (range steps, repacks, backups, integrity
+/// walks, stats) builds no leaf index, however often; searching a leaf a
+/// second time does, and every answer stays the same.
+#[test]
+fn scans_build_no_leaf_index_and_searches_do() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    let mut model = Model::new();
+    for _ in 0..2000 {
+        let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
+        insert(&mut s, &mut root, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    s.commit();
+    let cached = Cached::over(&s);
+    for _ in 0..3 {
+        let mut front = Cursor::all(&root);
+        let mut n = 0;
+        while front.next(&cached).unwrap().is_some() {
+            n += 1;
+        }
+        let mut back = Cursor::all(&root);
+        while back.next_back(&cached).unwrap().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 2 * model.len());
+        assert_eq!(walk(&cached, &root, &mut |_, _, _| ()).unwrap(), root.len);
+        tree_stats(&cached, &root).unwrap();
+    }
+    assert_eq!(cached.indexed().0, 0, "a scan built a leaf's index");
+    let (k, v) = model.iter().nth(700).unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            get(&cached, &root, k).unwrap().unwrap().as_slice(),
+            v.as_slice()
+        );
+    }
+    let (leaves, branches) = cached.indexed();
+    assert_eq!(leaves, 1, "the leaf searched twice has no index");
+    assert!(branches > 0, "a descent indexed no branch");
+    for (k, v) in &model {
+        assert_eq!(
+            get(&cached, &root, k).unwrap().unwrap().as_slice(),
+            v.as_slice()
+        );
+    }
+}

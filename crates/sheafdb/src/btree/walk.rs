@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use super::mutate::overflow_run;
 use super::node::{NodeRef, ValueLoc, NODE_HEADER_LEN};
 use super::store::{PageRead, PageWrite};
-use super::{child_level, read_node, read_overflow, TreeRoot};
+use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::PageType;
 use crate::types::PageId;
@@ -58,7 +58,7 @@ impl<S: PageRead + ?Sized> Walker<'_, S> {
     ) -> Result<()> {
         let is_root = level.is_none();
         mark(&mut self.seen, id, 1)?;
-        let page = read_node(self.store, id, level)?;
+        let page = read_node_for(self.store, id, level, false)?;
         let node = NodeRef::parse(&page, id, self.store.page_size())?;
         node.check_cells()?;
         check_keys(&node, lo, hi)?;
@@ -183,7 +183,7 @@ pub fn clear<S: PageWrite + ?Sized>(store: &mut S, root: &mut TreeRoot) -> Resul
     let mut stack = vec![(id, None)];
     while let Some((id, level)) = stack.pop() {
         mark(&mut seen, id, 1)?;
-        let page = read_node(&*store, id, level)?;
+        let page = read_node_for(&*store, id, level, false)?;
         let node = NodeRef::parse(&page, id, ps)?;
         if node.is_leaf() {
             for i in 0..node.count() {
@@ -244,7 +244,7 @@ pub fn tree_stats<S: PageRead + ?Sized>(store: &S, root: &TreeRoot) -> Result<Tr
     let mut stack = vec![(id, None)];
     while let Some((id, level)) = stack.pop() {
         mark(&mut seen, id, 1)?;
-        let page = read_node(store, id, level)?;
+        let page = read_node_for(store, id, level, false)?;
         let node = NodeRef::parse(&page, id, ps)?;
         if level.is_none() {
             st.height = u32::from(node.level()) + 1;
