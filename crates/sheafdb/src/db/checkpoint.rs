@@ -218,10 +218,15 @@ impl DbShared {
         // past it although no CF changed: a step that moved no CF page
         // left them at the file's end, and every step after it too).
         let relocating = self.ckpt.relocate_below.load(Ordering::Acquire) != 0;
+        // A cut that changed no CF's extents (only the pool's or the
+        // system's) still needs a superblock with the shorter length
+        // before the file may lose its tail.
+        let cut = self.space.extents.lock().file_pages() != sys.file_pages;
         if descriptors.is_empty()
             && dropped.is_empty()
             && replay_lsn == sys.replay_lsn
             && !relocating
+            && !cut
         {
             self.give_back_wal(keep_wal_bytes);
             return Ok(());
@@ -521,6 +526,7 @@ impl DbShared {
         sys.meta_run = Some((meta.page, meta.npages));
         sys.replay_lsn = replay_lsn;
         sys.written_pages = written_pages;
+        sys.file_pages = meta.file_pages;
         let mut alloc = sys.alloc.lock();
         let allocated: Vec<(PageId, u32)> = sp
             .private_runs()

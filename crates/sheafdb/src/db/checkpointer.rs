@@ -51,8 +51,13 @@ pub(crate) struct SysState {
     /// The database's random identity (superblock and WAL headers).
     pub db_id: u64,
     /// One past the highest page any checkpoint wrote: the data file is
-    /// at least this long, or it was truncated.
+    /// at least this long, or it was truncated. A cut never truncates
+    /// below it (`DbShared::truncate_file`).
     pub written_pages: u64,
+    /// The file length in pages the current superblock records: a cut
+    /// that shortened the extent map below it is not durable until a
+    /// checkpoint writes a superblock with the shorter length.
+    pub file_pages: u64,
 }
 
 /// When a checkpoint is due.

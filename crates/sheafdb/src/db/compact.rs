@@ -128,10 +128,16 @@ impl DbShared {
     }
 
     /// Truncates the data file to the extent map's length (after a
-    /// checkpoint made that length durable), and syncs it.
+    /// checkpoint made the cut durable), and syncs it; never below the
+    /// pages the current superblock says checkpoints wrote
+    /// (`written_pages`, which open checks the file against). The extent
+    /// map can be shorter than the durable length: another cut may have
+    /// come between this one's checkpoint and here, and truncating to it
+    /// left a file that no longer opened after a crash
+    /// (`tests/compaction.rs::a_crash_after_cuts_that_changed_no_cf_leaves_a_file_that_opens`).
     fn truncate_file(&self) -> Result<()> {
-        let _sys = self.ckpt.sys.lock();
-        let pages = self.space.extents.lock().file_pages();
+        let sys = self.ckpt.sys.lock();
+        let pages = (self.space.extents.lock().file_pages()).max(sys.written_pages);
         let ps = self.space.pager.page_size() as u64;
         let storage = self.space.pager.storage();
         let want = pages * ps;

@@ -387,6 +387,7 @@ fn create_new(
         replay_lsn: FIRST_LSN,
         db_id,
         written_pages: 2,
+        file_pages: 2,
     };
     let shared = new_shared(opts, storage, lock, ps, ExtentMap::new(2), sys)?;
     let desc = CfDescriptor {
@@ -460,6 +461,7 @@ fn open_existing(
         replay_lsn: sb.replay_lsn,
         db_id: sb.db_id,
         written_pages: sb.written_pages,
+        file_pages: sb.file_pages,
     };
     let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
     load_cfs(&shared)?;
