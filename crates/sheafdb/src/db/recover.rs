@@ -74,6 +74,15 @@ pub(super) struct Replayer {
     pub applied: u64,
     /// LSN of the last record seen: records come in increasing LSN order.
     last_seen: Option<Lsn>,
+    /// CFs replay built again from their `CreateCf` record (created after
+    /// the durable base), mapped to the first error applying one of their
+    /// records gave, if any. Such a CF may have had commits the log does
+    /// not hold (a direct commit too large for it goes into the data file
+    /// and is in the base only while the CF lives): when it is dropped
+    /// later in the log, nothing it held matters, so its records are
+    /// skipped after the first that fails; the error stands only if the
+    /// log ends with the CF still live.
+    rebuilt: IdMap<CfId, Option<Error>>,
 }
 
 fn corrupt(what: impl Into<String>) -> Error {
@@ -87,6 +96,7 @@ impl Replayer {
             cfs: IdMap::default(),
             applied: 0,
             last_seen: None,
+            rebuilt: IdMap::default(),
         }
     }
 
@@ -127,6 +137,7 @@ impl Replayer {
                     // Created after the durable base: build it again.
                     let cf = self.shared.new_cf_state(part.cf, name, lsn)?;
                     self.shared.registry.register(cf);
+                    self.rebuilt.insert(part.cf, None);
                     used = true;
                 }
                 continue;
@@ -143,7 +154,11 @@ impl Replayer {
             if lsn < r.checkpoint_lsn {
                 continue;
             }
-            if part.ops.iter().any(|op| matches!(op, Op::DropCf)) {
+            let drops = part.ops.iter().any(|op| matches!(op, Op::DropCf));
+            if !drops && matches!(self.rebuilt.get(&part.cf), Some(Some(_))) {
+                continue; // waits for its drop (see `rebuilt`)
+            }
+            if drops {
                 if part.cf == CfId::DEFAULT {
                     return Err(corrupt("record drops the default column family"));
                 }
@@ -153,19 +168,30 @@ impl Replayer {
                 // are released at the next checkpoint, as a live drop's).
                 r.state.pages.rollback();
                 self.shared.registry.unregister(&r.cf);
+                self.rebuilt.remove(&part.cf);
                 used = true;
                 continue;
             }
             let writes =
                 (part.ops.iter()).any(|op| matches!(op, Op::Put { .. } | Op::Delete { .. }));
-            if writes && r.state.needs_tree_commit() {
-                // Earlier records wrote the trees (a catalog record, or
-                // writes past the fold threshold): they become a version
-                // of their own first, so these writes can be buffered
-                // again. Lazily: a run of catalog records shares one.
-                r.seal(&self.shared)?;
+            let applied = (|| {
+                if writes && r.state.needs_tree_commit() {
+                    // Earlier records wrote the trees (a catalog record,
+                    // or writes past the fold threshold): they become a
+                    // version of their own first, so these writes can be
+                    // buffered again. Lazily: a run of catalog records
+                    // shares one.
+                    r.seal(&self.shared)?;
+                }
+                r.apply_part(&part.ops)
+            })();
+            if let Err(e) = applied {
+                match self.rebuilt.get_mut(&part.cf) {
+                    Some(first) => *first = Some(e),
+                    None => return Err(e),
+                }
+                continue;
             }
-            r.apply_part(&part.ops)?;
             r.last_lsn = lsn;
             // A fold round's marker alone is no replayed commit.
             used |= !(part.ops.iter()).all(|op| matches!(op, Op::FoldRound { .. }));
@@ -175,7 +201,12 @@ impl Replayer {
     }
 
     /// Turns every CF's replayed changes into a published version.
+    /// `Corrupted` if a CF built again from its `CreateCf` record had a
+    /// record that did not apply and the log never dropped it.
     pub(super) fn finish(self) -> Result<()> {
+        if let Some(e) = self.rebuilt.into_values().flatten().next() {
+            return Err(e);
+        }
         for (_, mut r) in self.cfs {
             r.seal(&self.shared)?;
         }
