@@ -1505,11 +1505,7 @@ fn tuple_type_name(names: &[String]) -> String {
 }
 
 /// Writes a non-final tuple element's value: raw if fixed-width, else with a
-/// `u32` little-endian length prefix.
-///
-/// # Panics
-///
-/// If a variable-width element encodes to 4 GiB or more.
+/// `u32` little-endian length prefix ([`element_len_prefix`]).
 fn encode_value_element<T: Value>(value: &T::SelfType<'_>, out: &mut Vec<u8>) {
     if T::fixed_width().is_some() {
         T::encode_value(value, out);
@@ -1518,8 +1514,17 @@ fn encode_value_element<T: Value>(value: &T::SelfType<'_>, out: &mut Vec<u8>) {
     let len_at = out.len();
     out.extend_from_slice(&[0; 4]);
     T::encode_value(value, out);
-    let len = u32::try_from(out.len() - len_at - 4).expect("tuple element exceeds 4 GiB");
+    let len = element_len_prefix(out.len() - len_at - 4);
     out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The length prefix of a tuple element of `len` bytes: `u32::MAX` for
+/// one of 4 GiB or more. Such an element makes the whole value longer
+/// than any value may be, so the write fails with `ValueTooLarge` before
+/// anything is stored (it panicked here before; found by an adversarial
+/// probe).
+fn element_len_prefix(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 /// Reads a non-final tuple element's value; returns it and the bytes after it.
@@ -1644,6 +1649,19 @@ mod tests {
     use super::*;
     use proptest::collection::vec;
     use proptest::prelude::*;
+
+    /// A tuple element of 4 GiB or more gets a saturated prefix instead of
+    /// a panic, and a value holding one is past the value limit, so the
+    /// write is refused with `ValueTooLarge` (not tested by encoding one:
+    /// that takes over 4 GiB of memory).
+    #[test]
+    fn an_element_of_4_gib_saturates_its_prefix_and_is_past_the_value_limit() {
+        assert_eq!(element_len_prefix(0), 0);
+        assert_eq!(element_len_prefix(u32::MAX as usize), u32::MAX);
+        let huge = u32::MAX as usize + 1;
+        assert_eq!(element_len_prefix(huge), u32::MAX);
+        assert!(huge > crate::btree::max_value_len());
+    }
 
     // ---- strategies -------------------------------------------------------
 
