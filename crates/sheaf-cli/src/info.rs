@@ -131,6 +131,23 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
 
+/// One row of the table listing: name, key and value types padded to
+/// their column's width, entries right-aligned. Padded by hand: a format
+/// width over 65,535 panics, and a type name may be longer than that.
+fn table_line(row: &[String; 4], widths: &[usize; 4]) -> String {
+    let pad = |cell: &str, width: usize| " ".repeat(width.saturating_sub(cell.chars().count()));
+    let mut line = String::new();
+    for (cell, &width) in row[..3].iter().zip(widths) {
+        line.push_str("  ");
+        line.push_str(cell);
+        line.push_str(&pad(cell, width));
+    }
+    line.push_str("  ");
+    line.push_str(&pad(&row[3], widths[3]));
+    line.push_str(&row[3]);
+    line
+}
+
 fn to_text(path: &Path, f: &FileInfo, cfs: &[CfReport]) -> String {
     let mut out = Vec::new();
     let w = &mut out;
@@ -206,18 +223,8 @@ fn to_text(path: &Path, f: &FileInfo, cfs: &[CfReport]) -> String {
             }
         }
         for row in std::iter::once(&header).chain(&rows) {
-            let _ = writeln!(
-                w,
-                "  {:<a$}  {:<b$}  {:<c$}  {:>d$}",
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                a = widths[0],
-                b = widths[1],
-                c = widths[2],
-                d = widths[3]
-            );
+            let line = table_line(row, &widths);
+            let _ = writeln!(w, "{line}");
         }
     }
     String::from_utf8(out).unwrap_or_default()

@@ -924,3 +924,35 @@ fn a_closed_pipe_ends_a_dump_quietly() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A table whose type name is longer than 65,535 characters (the library
+/// takes any length): `info` lists it instead of panicking on a format
+/// width. Found by an adversarial probe.
+#[test]
+fn info_lists_a_table_with_a_very_long_type_name() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.sheaf");
+    let long = "x".repeat(70_000);
+    {
+        let db = Database::create(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_untyped_table("t", &long, "u8")
+            .unwrap()
+            .insert(b"k".as_slice(), b"\x01".as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+    let text = stdout_of(sheaf().arg("info").arg(&path));
+    let row = (text.lines())
+        .find(|l| l.contains(&long))
+        .unwrap_or_else(|| {
+            panic!(
+                "no row names the type in\n{}",
+                &text[..text.len().min(2000)]
+            )
+        });
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells, ["t", long.as_str(), "u8", "1"]);
+}
