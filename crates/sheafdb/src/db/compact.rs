@@ -97,6 +97,16 @@ impl DbShared {
                 end = end.max(e);
             }
         }
+        // A CF created after the list above was read is not locked, and
+        // may have claimed an extent since: none of its pages go (cut
+        // below them, the next cut found "a page in use past the file
+        // end"; `compaction_skips_a_cf_dropped_while_it_runs`).
+        let listed = |id: crate::types::CfId| {
+            id == crate::types::CfId::SYSTEM || cfs.iter().any(|c| c.id == id)
+        };
+        if let Some(theirs) = extents.end_of_others(listed) {
+            end = end.max(theirs);
+        }
         if end > from {
             return Err(Error::corrupted(
                 format!("a page in use at {end} past the file end {from}"),
@@ -505,7 +515,11 @@ impl DbShared {
         rewrite: fn(&mut WriteState, PageId) -> Result<u64>,
     ) -> Result<u64> {
         let lock = cf.lock_writer()?;
-        cf.check_live()?;
+        if cf.check_live().is_err() {
+            // Dropped since the CFs were listed: nothing of it to move
+            // (its pages go back once no snapshot reads them).
+            return Ok(0);
+        }
         let limited = Limit::set(cf, limit);
         let log_max = Some(self.options.wal_record_max_bytes);
         let mut st = WriteState::new(self.space.clone(), cf, lock.head.clone(), log_max);

@@ -277,6 +277,15 @@ impl ExtentMap {
         debug_assert!(inserted, "a given-back range overlapped the free pool");
     }
 
+    /// One past the last page of the extents whose owner `known` does not
+    /// name, if there are any.
+    pub fn end_of_others(&self, known: impl Fn(CfId) -> bool) -> Option<u64> {
+        (self.owned.iter())
+            .filter(|(_, &(_, cf))| !known(cf))
+            .map(|(&s, &(p, _))| s + p)
+            .max()
+    }
+
     /// Returns every extent of `cf` to the free pool.
     pub fn release_all(&mut self, cf: CfId) {
         let mine: Vec<u64> = self
@@ -411,6 +420,9 @@ pub struct CfAllocator {
     ops: u64,
     /// While set (compaction), no page at or past it is handed out.
     limit: Option<u64>,
+    /// Set by [`CfAllocator::discard_all`] (a dropped CF's pages went
+    /// back): runs its last snapshots release afterwards are nobody's.
+    discarded: bool,
 }
 
 impl CfAllocator {
@@ -512,6 +524,7 @@ impl CfAllocator {
             unwritten_freed: Vec::new(),
             ops: 0,
             limit: None,
+            discarded: false,
         })
     }
 
@@ -786,6 +799,13 @@ impl CfAllocator {
     /// runs that became free.
     pub fn drain_released(&mut self) -> Vec<(PageId, u32)> {
         let released = std::mem::take(&mut *self.released.lock());
+        if self.discarded {
+            // A dropped CF's last versions released their frees after its
+            // pages went back (`discard_all`): the pool owns those pages
+            // now. Compaction, which listed the CF before the drop, still
+            // asks (it panicked here before).
+            return Vec::new();
+        }
         let mut now_free = Vec::new();
         for (p, n) in released {
             let f = self.freed.get_mut(&p.0).unwrap_or_else(|| {
@@ -1161,6 +1181,7 @@ impl CfAllocator {
         self.freed.clear();
         self.free = RangeSet::new();
         self.extents.clear();
+        self.discarded = true;
         self.assert_invariants();
         runs
     }
