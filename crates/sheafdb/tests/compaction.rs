@@ -749,3 +749,38 @@ fn compaction_skips_a_cf_dropped_while_it_runs() -> Result<()> {
     db.check_integrity()?;
     Ok(())
 }
+
+/// Checkpoints with nothing new write nothing: the check that makes a
+/// cut's checkpoint write a superblock (the extent map's length against
+/// the current superblock's) is false once that superblock is written,
+/// including after compaction and after the checkpoints that grow the
+/// file.
+#[test]
+fn idle_checkpoints_after_cuts_write_nothing() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder().create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")?;
+    load(&db, 0..3000)?;
+    db.checkpoint()?;
+    let idle = |what: &str| -> Result<()> {
+        db.checkpoint()?; // may give the idle WAL back
+        let ops = vfs.op_count();
+        for _ in 0..3 {
+            db.checkpoint()?;
+        }
+        assert_eq!(vfs.op_count(), ops, "idle checkpoints did I/O {what}");
+        Ok(())
+    };
+    idle("after a load")?;
+    remove(&db, 0..2500)?;
+    db.checkpoint()?;
+    idle("after a removal")?;
+    db.compact()?;
+    idle("after compaction")?;
+    let cf = db.create_cf("x")?;
+    let tx = cf.begin_write()?;
+    tx.open_table(T)?;
+    tx.abort()?;
+    db.compact()?;
+    idle("after compacting an aborted table's room")?;
+    Ok(())
+}
