@@ -671,6 +671,13 @@ fn plan(
             },
         };
         let base_version = cf.base.lock().version;
+        if snapshot.tree_base.version < base_version {
+            // A direct commit made its version the base and has not
+            // published it yet: this snapshot is behind the base, and
+            // writing it would take the commit back out (`cut_tail`
+            // makes no cut meanwhile, so its extents are unchanged).
+            continue;
+        }
         let cut = cf.extents_changed.load(Ordering::Acquire);
         if snapshot.tree_base.version > base_version || cut {
             plans.push(Plan {

@@ -84,6 +84,17 @@ impl DbShared {
         cfs.extend(self.registry.dropped.lock().iter().cloned());
         cfs.sort_by_key(|c| c.id);
         cfs.dedup_by_key(|c| c.id);
+        // A direct commit between its checkpoint (which set the CF's base,
+        // under this lock) and its publication: the next checkpoint would
+        // write the CF from the published version before it, losing the
+        // acknowledged commit from the durable base. No cut then (the
+        // checkpoint would be forced to plan that CF by the cut).
+        if cfs
+            .iter()
+            .any(|c| c.base.lock().version > c.current.load().tree_base.version)
+        {
+            return Ok(None);
+        }
         // Every allocator (in id order), then the extent map: nothing can
         // allocate or claim while the end is found and cut.
         // The system's allocator too (the system tree and metadata blob).

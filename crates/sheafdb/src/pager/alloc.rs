@@ -421,7 +421,7 @@ pub struct CfAllocator {
     /// While set (compaction), no page at or past it is handed out.
     limit: Option<u64>,
     /// Set by [`CfAllocator::discard_all`] (a dropped CF's pages went
-    /// back): runs its last snapshots release afterwards are nobody's.
+    /// back): released runs still in the sink are nobody's.
     discarded: bool,
 }
 
@@ -800,10 +800,10 @@ impl CfAllocator {
     pub fn drain_released(&mut self) -> Vec<(PageId, u32)> {
         let released = std::mem::take(&mut *self.released.lock());
         if self.discarded {
-            // A dropped CF's last versions released their frees after its
-            // pages went back (`discard_all`): the pool owns those pages
-            // now. Compaction, which listed the CF before the drop, still
-            // asks (it panicked here before).
+            // Runs released before `discard_all` and never drained: the
+            // discard already handed back every page they name (they were
+            // in `freed`). Compaction, which listed the CF before the
+            // drop, still asks (it panicked here before).
             return Vec::new();
         }
         let mut now_free = Vec::new();
