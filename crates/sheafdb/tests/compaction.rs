@@ -30,6 +30,24 @@ fn load(db: &Database, keys: std::ops::Range<u64>) -> Result<()> {
     tx.commit()
 }
 
+/// A new CF `name` holding `keys` (one commit).
+fn new_cf_with(
+    db: &Database,
+    name: &str,
+    keys: std::ops::Range<u64>,
+) -> Result<sheafdb::ColumnFamily> {
+    let cf = db.create_cf(name)?;
+    let tx = cf.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for k in keys {
+            t.insert(k, value(k).as_slice())?;
+        }
+    }
+    tx.commit()?;
+    Ok(cf)
+}
+
 fn remove(db: &Database, keys: impl Iterator<Item = u64>) -> Result<()> {
     let tx = db.begin_write()?;
     {
@@ -708,15 +726,7 @@ fn compaction_skips_a_cf_dropped_while_it_runs() -> Result<()> {
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let name = format!("c{}", n % 4);
-                let cf = db.create_cf(&name).unwrap();
-                let tx = cf.begin_write().unwrap();
-                {
-                    let mut t = tx.open_table(T).unwrap();
-                    for k in 0..200 {
-                        t.insert(k, value(k).as_slice()).unwrap();
-                    }
-                }
-                tx.commit().unwrap();
+                let cf = new_cf_with(&db, &name, 0..200).unwrap();
                 drop(cf);
                 db.drop_cf(&name).unwrap();
                 dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -805,15 +815,7 @@ fn direct_commits_beside_compaction_stay_in_the_base() {
             let mut n = 0u64;
             while !stop.load(relaxed) {
                 let name = format!("c{}", n % 2);
-                let cf = db.create_cf(&name).unwrap();
-                let tx = cf.begin_write().unwrap();
-                {
-                    let mut t = tx.open_table(T).unwrap();
-                    for k in 0..400 {
-                        t.insert(k, value(k).as_slice()).unwrap();
-                    }
-                }
-                tx.commit().unwrap();
+                let cf = new_cf_with(&db, &name, 0..400).unwrap();
                 let rx = cf.begin_read().unwrap();
                 assert_eq!(rx.open_table(T).unwrap().len().unwrap(), 400);
                 drop((rx, cf));

@@ -344,18 +344,25 @@ fn model_random_8k() {
     model_run(100, 8100, 8192);
 }
 
-#[test]
-fn cow_snapshot_survives() {
-    let mut rng = StdRng::seed_from_u64(5);
+/// A tree of `n` random entries (and its model), committed, with the
+/// generator that made them.
+fn committed_tree(seed: u64, n: usize) -> (StdRng, MemStore, TreeRoot, Model) {
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut s = MemStore::new(PS);
     let mut root = TreeRoot::default();
     let mut model = Model::new();
-    for _ in 0..2000 {
+    for _ in 0..n {
         let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
         insert(&mut s, &mut root, &k, &v).unwrap();
         model.insert(k, v);
     }
     s.commit();
+    (rng, s, root, model)
+}
+
+#[test]
+fn cow_snapshot_survives() {
+    let (mut rng, mut s, mut root, mut model) = committed_tree(5, 2000);
     let snap = root;
     let snap_model = model.clone();
     for round in 0..20 {
@@ -1776,16 +1783,7 @@ impl store::PageRead for Cached {
 /// second time does, and every answer stays the same.
 #[test]
 fn scans_build_no_leaf_index_and_searches_do() {
-    let mut rng = StdRng::seed_from_u64(11);
-    let mut s = MemStore::new(PS);
-    let mut root = TreeRoot::default();
-    let mut model = Model::new();
-    for _ in 0..2000 {
-        let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
-        insert(&mut s, &mut root, &k, &v).unwrap();
-        model.insert(k, v);
-    }
-    s.commit();
+    let (_, s, root, model) = committed_tree(11, 2000);
     let cached = Cached::over(&s);
     for _ in 0..3 {
         let mut front = Cursor::all(&root);
