@@ -15,7 +15,9 @@ use crate::btree::store::PageRead;
 use crate::btree::{self, Cursor, TreeRoot};
 use crate::db::{Builder, Database};
 use crate::error::{Error, Result};
-use crate::format::page::{PageBuf, PageRef, HEADER_LEN, OFF_CF, OFF_CRC, OFF_ID, OFF_NPAGES};
+use crate::format::page::{
+    PageBuf, PageBytes as _, PageRef, HEADER_LEN, OFF_CF, OFF_CRC, OFF_ID, OFF_NPAGES,
+};
 use crate::format::records::{CfDescriptor, MetaBlob, TableMeta};
 use crate::format::superblock::Superblock;
 use crate::pager::alloc::ExtentMap;
@@ -57,7 +59,7 @@ impl PageRead for ImagePages {
         if page.npages() != npages || npages == 0 {
             return Err(Error::corrupted_page(id, "run length differs"));
         }
-        Ok(Arc::new(page))
+        Ok(page.shareable())
     }
 }
 

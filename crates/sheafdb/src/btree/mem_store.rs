@@ -9,11 +9,10 @@
 //! name the run it is installed at.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 use crate::btree::store::{PageRead, PageWrite};
 use crate::error::{Error, Result};
-use crate::format::page::{PageBuf, PageRef};
+use crate::format::page::{make_mut, PageBuf, PageBytes as _, PageOwned, PageRef};
 use crate::types::{CfId, PageId};
 
 #[derive(Debug, Clone)]
@@ -81,7 +80,7 @@ impl MemStore {
     /// Overwrites one byte of a stored run, bypassing everything.
     pub fn corrupt(&mut self, id: PageId, offset: usize, byte: u8) {
         let page = self.data.get_mut(&id).expect("known page");
-        Arc::make_mut(page).bytes_mut()[offset] = byte;
+        make_mut(page).bytes_mut()[offset] = byte;
     }
 }
 
@@ -132,20 +131,20 @@ impl PageWrite for MemStore {
         Ok(id)
     }
 
-    fn install(&mut self, id: PageId, page: PageBuf) {
+    fn install(&mut self, id: PageId, page: PageOwned) {
         assert!(self.private.contains(&id), "install into non-private {id}");
         let npages = self.live[&id];
         assert_eq!(page.len(), npages as usize * self.page_size);
         assert_eq!(page.page_id(), id, "header names another page");
         assert_eq!(page.cf(), self.cf);
         assert_eq!(page.npages(), npages);
-        self.data.insert(id, Arc::new(page));
+        self.data.insert(id, page.shareable());
     }
 
     fn get_mut(&mut self, id: PageId) -> Result<&mut PageBuf> {
         assert!(self.private.contains(&id), "get_mut of non-private {id}");
         let page = self.data.get_mut(&id).expect("private page installed");
-        Ok(Arc::make_mut(page))
+        Ok(make_mut(page))
     }
 
     fn free(&mut self, id: PageId, npages: u32) {

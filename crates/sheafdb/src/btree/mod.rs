@@ -42,10 +42,10 @@ pub(crate) mod mem_store;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, PageHandle, PageRef, PageType, HEADER_LEN};
+use crate::format::page::{
+    page_from_slice, pages_for_payload, PageBytes as _, PageHandle, PageRef, PageType, HEADER_LEN,
+};
 use crate::types::PageId;
 
 pub use batch::{apply_sorted, BatchWrite, SortedWrite};
@@ -99,7 +99,7 @@ impl Bytes {
     /// An owned copy of `data` (used when the page it came from is about to
     /// be edited in place).
     pub fn copy_from(data: &[u8]) -> Bytes {
-        let page = Arc::new(PageBuf::from_vec(data.to_vec()));
+        let page = page_from_slice(data).shareable();
         Bytes::new(page, 0, data.len())
     }
 

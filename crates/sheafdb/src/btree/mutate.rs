@@ -27,7 +27,9 @@ use super::{
     child_level, read_node, read_node_for, read_overflow, Bytes, KeyRef, TreeRoot, ValueRef,
 };
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, PageHandle, PageType, HEADER_LEN};
+use crate::format::page::{
+    pages_for_payload, PageBuf, PageBytes as _, PageHandle, PageOwned, PageType, HEADER_LEN,
+};
 use crate::types::PageId;
 
 /// Most pages on a root-to-leaf path.
@@ -478,7 +480,7 @@ pub(super) fn build(
     level: u8,
     cells: &[NewCell],
     rightmost: Option<PageId>,
-) -> Result<PageBuf> {
+) -> Result<PageOwned> {
     let mut b = NodeBuilder::new(ps, id, cf, level);
     for c in cells {
         b.push(c)?;

@@ -66,7 +66,7 @@ use crate::error::{Error, Result};
 use crate::format::codec::{
     put_bytes, put_u16, put_u32, put_u64, put_u8, read_u16, read_u32, read_u64, read_u8, slice_at,
 };
-use crate::format::page::{PageBuf, PageType, HEADER_LEN};
+use crate::format::page::{PageBuf, PageBytes as _, PageOwned, PageType, HEADER_LEN};
 use crate::types::{CfId, PageId};
 
 /// Offset of `content_start`.
@@ -604,7 +604,7 @@ fn write_leaf_header(dst: &mut [u8], key: &[u8], vlen: u32, flags: u8) {
 
 /// Builds a fresh node page cell by cell, in key order.
 pub(crate) struct NodeBuilder {
-    buf: PageBuf,
+    buf: PageOwned,
     count: usize,
     content: usize,
     level: u8,
@@ -656,7 +656,7 @@ impl NodeBuilder {
     }
 
     /// The finished page.
-    pub fn finish(mut self) -> PageBuf {
+    pub fn finish(mut self) -> PageOwned {
         debug_assert!(self.count <= u16::MAX as usize);
         self.buf.set_count(self.count as u16);
         set_content(&mut self.buf, self.content);
@@ -666,7 +666,7 @@ impl NodeBuilder {
 
 /// A compacted copy of `node` as page `id` (cells, order and rightmost
 /// child preserved). Fails if the cells are corrupt.
-pub(crate) fn rebuild(node: &NodeRef, page_size: usize, id: PageId, cf: CfId) -> Result<PageBuf> {
+pub(crate) fn rebuild(node: &NodeRef, page_size: usize, id: PageId, cf: CfId) -> Result<PageOwned> {
     if node.used_exact()? > usable(page_size) {
         return Err(node.corrupt("cells overflow the page"));
     }
@@ -693,7 +693,7 @@ pub(crate) fn copy_node(
     page_size: usize,
     id: PageId,
     cf: CfId,
-) -> Result<PageBuf> {
+) -> Result<PageOwned> {
     let node = NodeRef::parse(page, old, page_size)?;
     let ty = if node.is_leaf() {
         PageType::Leaf
@@ -860,7 +860,7 @@ fn compact(page: &mut PageBuf) -> Result<()> {
         let n = view(page)?;
         rebuild(&n, page.len(), page.page_id(), page.cf())?
     };
-    *page = rebuilt;
+    page.bytes_mut().copy_from_slice(rebuilt.bytes());
     Ok(())
 }
 
@@ -886,10 +886,11 @@ pub(crate) fn shortest_separator<'r>(left: &[u8], right: &'r [u8]) -> &'r [u8] {
 )]
 mod tests {
     use super::*;
+    use crate::format::page::page_from_slice;
 
     const PS: usize = 4096;
 
-    fn leaf(id: u64) -> PageBuf {
+    fn leaf(id: u64) -> PageOwned {
         NodeBuilder::new(PS, PageId(id), CfId(1), 0).finish()
     }
 
@@ -1001,7 +1002,7 @@ mod tests {
                 b.set_rightmost(PageId(99));
             }
             let plain = b.finish();
-            let indexed = plain.clone();
+            let indexed = page_from_slice(plain.bytes());
             let pv = view(&plain).unwrap();
             let iv = view(&indexed).unwrap();
             iv.build_index();
@@ -1021,11 +1022,22 @@ mod tests {
                     );
                 }
             }
-            let mut changed = indexed.clone();
+            // A copy made for writing keeps the index; the write drops it.
+            let mut shared = indexed.shareable();
+            let reader = shared.clone();
+            let changed = crate::format::page::make_mut(&mut shared);
+            assert!(
+                view(changed).unwrap().index().is_some(),
+                "a copy lost the index"
+            );
             changed.set_count(0);
             assert!(
-                view(&changed).unwrap().index().is_none(),
+                view(changed).unwrap().index().is_none(),
                 "a mutated page kept its index"
+            );
+            assert!(
+                view(&reader).unwrap().index().is_some(),
+                "a reader's page changed"
             );
         }
     }

@@ -13,7 +13,7 @@ use super::node::{copy_node, set_child, set_overflow, NodeRef, ValueLoc};
 use super::store::PageWrite;
 use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, OFF_ID};
+use crate::format::page::{pages_for_payload, PageBuf, PageBytes as _, OFF_ID};
 use crate::types::PageId;
 
 /// Moves every page and overflow run of the tree at or past `limit`

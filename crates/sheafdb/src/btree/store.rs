@@ -5,7 +5,7 @@
 //! (and by a simple in-memory store in the tree's own tests).
 
 use crate::error::Result;
-use crate::format::page::{PageBuf, PageHandle, PageRef};
+use crate::format::page::{PageBuf, PageHandle, PageOwned, PageRef};
 use crate::types::{CfId, PageId};
 
 /// Read access to the pages of one snapshot.
@@ -38,7 +38,7 @@ pub trait PageWrite: PageRead {
     /// Allocates a run of `npages` contiguous pages for this transaction.
     fn alloc(&mut self, npages: u32) -> Result<PageId>;
     /// Sets the contents of a private run (replacing any earlier contents).
-    fn install(&mut self, id: PageId, page: PageBuf);
+    fn install(&mut self, id: PageId, page: PageOwned);
     /// Mutable access to a private run (copy-on-write if a reader still holds
     /// a clone of it). Calling this for a non-private page is a bug.
     fn get_mut(&mut self, id: PageId) -> Result<&mut PageBuf>;

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use super::mem_store::MemStore;
 use super::store::PageWrite;
 use super::*;
-use crate::format::page::PageType;
+use crate::format::page::{PageBytes as _, PageRef, PageType};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -1425,7 +1425,7 @@ fn batches_of_every_density_match_a_model() {
 /// Points child `k` of branch `pid` (a committed page) at `to`, bypassing
 /// the store's checks (a damaged file).
 fn damage_child(s: &mut MemStore, pid: PageId, k: usize, to: PageId) {
-    let mut buf = (*s.read_page(pid).unwrap()).clone();
+    let mut buf = crate::format::page::page_from_slice(s.read_page(pid).unwrap().bytes());
     node::set_child(&mut buf, k, to).unwrap();
     for (off, byte) in buf.bytes().iter().enumerate() {
         s.corrupt(pid, off, *byte);
@@ -1717,7 +1717,10 @@ fn a_batch_out_of_order_is_corrupted_and_changes_nothing() {
 struct Cached {
     page_size: usize,
     cf: crate::types::CfId,
-    slots: std::collections::HashMap<PageId, arc_swap::ArcSwapOption<crate::format::page::PageBuf>>,
+    slots: std::collections::HashMap<
+        PageId,
+        arc_swap::ArcSwapAny<Option<crate::format::page::PageThin>>,
+    >,
 }
 
 impl Cached {
@@ -1726,7 +1729,7 @@ impl Cached {
             .map(|(&id, &n)| {
                 (
                     id,
-                    arc_swap::ArcSwapOption::new(Some(s.read_run(id, n).unwrap())),
+                    arc_swap::ArcSwapAny::new(Some(PageRef::into_thin(s.read_run(id, n).unwrap()))),
                 )
             })
             .collect();
@@ -1768,6 +1771,7 @@ impl store::PageRead for Cached {
 
     fn read_run(&self, id: PageId, _npages: u32) -> Result<crate::format::page::PageRef> {
         (self.slots.get(&id).and_then(|s| s.load_full()))
+            .map(PageRef::from_thin)
             .ok_or_else(|| Error::corrupted_page(id, "no such page"))
     }
 

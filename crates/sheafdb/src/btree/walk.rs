@@ -20,7 +20,7 @@ use super::node::{NodeRef, ValueLoc, NODE_HEADER_LEN};
 use super::store::{PageRead, PageWrite};
 use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
-use crate::format::page::PageType;
+use crate::format::page::{PageBytes as _, PageType};
 use crate::types::PageId;
 
 /// Marks the `npages` pages of the run at `id` as seen; fails if any was.

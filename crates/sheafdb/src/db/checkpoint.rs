@@ -38,7 +38,9 @@ use super::commit::Patience;
 use super::DbShared;
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, PageRef, PageType, HEADER_LEN};
+use crate::format::page::{
+    pages_for_payload, PageBuf, PageBytes as _, PageRef, PageType, HEADER_LEN,
+};
 use crate::format::records::{cf_key, CfDescriptor, MetaBlob, TableMeta};
 use crate::format::superblock::Superblock;
 use crate::pager::alloc::CfAllocator;

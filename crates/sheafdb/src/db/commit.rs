@@ -21,6 +21,7 @@ use std::sync::Arc;
 use super::budget::Reserved;
 use super::DbShared;
 use crate::error::{Error, PoisonCause, Result};
+use crate::format::page::PageBytes as _;
 use crate::pager::alloc::ReclaimBatch;
 use crate::txn::{
     CfShared, CfVersion, Durability, FoldCarry, FoldMark, FoldProgress, KeyIndex, WriteState,

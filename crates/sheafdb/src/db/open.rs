@@ -17,7 +17,7 @@ use super::registry::CfRegistry;
 use super::{Builder, Database, DbShared, Threads, SYS_EXTENT_POLICY};
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Location, Result};
-use crate::format::page::{PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
+use crate::format::page::{PageBytes as _, PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::records::{decode_cf_key, CfDescriptor, MetaBlob};
 use crate::format::superblock::{fresh_db_id, valid_page_size, Slot, Superblock, SLOT_LEN};
 use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy, ReclaimBatch};

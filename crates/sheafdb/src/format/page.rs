@@ -22,6 +22,11 @@
 
 #![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use triomphe::{HeaderSlice, HeaderWithLength, ThinArc, UniqueArc};
+
 use crate::error::{Error, Result};
 use crate::format::codec::{put_u16, put_u32, put_u64, put_u8, read_u8};
 use crate::types::{CfId, PageId};
@@ -92,50 +97,42 @@ impl PageType {
     }
 }
 
-/// An owned, page-aligned-size buffer holding one page run.
-pub struct PageBuf {
-    data: Box<[u8]>,
+/// What the engine derives from a page run's bytes and keeps with them,
+/// in the same allocation (see [`PageBuf`]).
+#[derive(Default)]
+pub struct PageMeta {
     /// A search index the B+tree derives from the bytes once and keeps
     /// with the page (the first eight bytes of every key, see
     /// `btree::node`): opaque here, cleared by every mutable access.
-    index: std::sync::OnceLock<Box<[u64]>>,
-    /// Set by the first [`PageBuf::searched_before`]: the B+tree builds a
+    index: OnceLock<Box<[u64]>>,
+    /// Set by the first [`PageBytes::searched_before`]: the B+tree builds a
     /// leaf's index only when the leaf is searched a second time.
-    searched: std::sync::atomic::AtomicBool,
+    searched: AtomicBool,
 }
 
-impl Clone for PageBuf {
-    fn clone(&self) -> Self {
-        PageBuf {
-            data: self.data.clone(),
-            index: self.index.clone(),
-            searched: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-}
-
-impl PartialEq for PageBuf {
-    fn eq(&self, other: &Self) -> bool {
-        self.data == other.data
-    }
-}
-
-impl Eq for PageBuf {}
-
-impl std::fmt::Debug for PageBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PageBuf")
-            .field("len", &self.data.len())
-            .field("type", &self.data.get(4))
-            .field("id", &self.page_id())
-            .finish()
-    }
-}
+/// One page run in memory: its [`PageMeta`] and its bytes in a single
+/// reference-counted allocation (unsized; held as a [`PageRef`],
+/// [`PageOwned`] or [`PageHandle`]).
+///
+/// One allocation, not a struct pointing at a byte buffer: a B+tree
+/// descent that finds a page in the cache reaches its header in the same
+/// cache line as the reference count, instead of first loading a struct
+/// to learn where the bytes are (one dependent memory miss less per
+/// level; see docs/design.md, *The page cache*).
+pub type PageBuf = HeaderSlice<HeaderWithLength<PageMeta>, [u8]>;
 
 /// A shared, immutable page run. Private pages of a write transaction are
-/// mutated through `Arc::make_mut`, so a reader holding a clone never sees
-/// a change.
-pub type PageRef = std::sync::Arc<PageBuf>;
+/// mutated in place only while unshared (see [`make_mut`]), so a reader
+/// holding a clone never sees a change.
+pub type PageRef = triomphe::Arc<PageBuf>;
+
+/// A page run being built: the only reference, so mutable. `shareable()`
+/// turns it into a [`PageRef`] without copying.
+pub type PageOwned = UniqueArc<PageBuf>;
+
+/// A [`PageRef`] as one pointer, the form the page cache's slots hold
+/// (an atomic swap needs a thin pointer); converting costs nothing.
+pub type PageThin = ThinArc<PageMeta, u8>;
 
 /// A page run held for reading: a reference ([`PageRef`]), or a guard on
 /// the page cache's slot that keeps the run alive without touching its
@@ -147,12 +144,12 @@ pub enum PageHandle {
     /// A counted reference.
     Ref(PageRef),
     /// A cache slot's guard; always holds a run (see [`PageHandle::guarded`]).
-    Slot(arc_swap::Guard<Option<PageRef>>),
+    Slot(arc_swap::Guard<Option<PageThin>>),
 }
 
 impl PageHandle {
     /// A handle on the run `guard` holds; `None` if it holds none.
-    pub fn guarded(guard: arc_swap::Guard<Option<PageRef>>) -> Option<PageHandle> {
+    pub fn guarded(guard: arc_swap::Guard<Option<PageThin>>) -> Option<PageHandle> {
         guard.is_some().then_some(PageHandle::Slot(guard))
     }
 
@@ -161,20 +158,7 @@ impl PageHandle {
         match self {
             PageHandle::Ref(p) => p.clone(),
             PageHandle::Slot(g) => match &**g {
-                Some(p) => p.clone(),
-                None => unreachable!("engine invariant: a slot handle holds a run"),
-            },
-        }
-    }
-}
-
-impl std::ops::Deref for PageHandle {
-    type Target = PageBuf;
-    fn deref(&self) -> &PageBuf {
-        match self {
-            PageHandle::Ref(p) => p,
-            PageHandle::Slot(g) => match &**g {
-                Some(p) => p,
+                Some(p) => triomphe::Arc::from_thin(p.clone()),
                 None => unreachable!("engine invariant: a slot handle holds a run"),
             },
         }
@@ -190,155 +174,210 @@ impl Clone for PageHandle {
 
 impl std::fmt::Debug for PageHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (**self).fmt(f)
+        describe(self, f)
     }
 }
 
-impl PageBuf {
+impl std::ops::Deref for PageHandle {
+    type Target = PageBuf;
+    #[inline]
+    fn deref(&self) -> &PageBuf {
+        match self {
+            PageHandle::Ref(p) => p,
+            PageHandle::Slot(g) => match &**g {
+                Some(p) => p,
+                None => unreachable!("engine invariant: a slot handle holds a run"),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for PageMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageMeta")
+            .field("indexed", &self.index.get().is_some())
+            .finish()
+    }
+}
+
+/// A short description of a run (its length, type byte and id), not its
+/// bytes.
+pub fn describe(page: &PageBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    f.debug_struct("PageBuf")
+        .field("len", &page.len())
+        .field("type", &page.bytes().get(OFF_TYPE))
+        .field("id", &page.page_id())
+        .finish()
+}
+
+/// Zeros to copy new runs from (larger runs allocate their own).
+static ZEROS: [u8; MAX_PAGE_SIZE] = [0; MAX_PAGE_SIZE];
+
+/// A new run holding a copy of `bytes`.
+pub fn page_from_slice(bytes: &[u8]) -> PageOwned {
+    let header = HeaderWithLength::new(PageMeta::default(), bytes.len());
+    let shared = triomphe::Arc::from_header_and_slice(header, bytes);
+    match triomphe::Arc::try_unique(shared) {
+        Ok(owned) => owned,
+        Err(_) => unreachable!("a run just allocated is shared"),
+    }
+}
+
+/// The run `slot` holds, for writing: in place if no one else holds it,
+/// else a copy put in its place first (readers keep the old bytes).
+pub fn make_mut(slot: &mut PageRef) -> &mut PageBuf {
+    if !slot.is_unique() {
+        let copy = page_from_slice(slot.bytes());
+        if let Some(ix) = slot.header.header.index.get() {
+            // The bytes are the same, so is the index.
+            let _ = copy.header.header.index.set(ix.clone());
+        }
+        *slot = copy.shareable();
+    }
+    match triomphe::Arc::get_mut(slot) {
+        Some(page) => page,
+        None => unreachable!("a run just copied is shared"),
+    }
+}
+
+/// The methods of a page run (on [`PageBuf`], a type of another crate, so
+/// through a trait).
+pub trait PageBytes {
     /// A zeroed run of `len` bytes.
-    pub fn zeroed(len: usize) -> PageBuf {
-        PageBuf {
-            data: vec![0u8; len].into_boxed_slice(),
-            index: std::sync::OnceLock::new(),
-            searched: std::sync::atomic::AtomicBool::new(false),
+    fn zeroed(len: usize) -> PageOwned {
+        match ZEROS.get(..len) {
+            Some(zeros) => page_from_slice(zeros),
+            None => page_from_slice(&vec![0u8; len]),
         }
     }
 
     /// Wraps bytes read from the file.
-    pub fn from_vec(data: Vec<u8>) -> PageBuf {
-        PageBuf {
-            data: data.into_boxed_slice(),
-            index: std::sync::OnceLock::new(),
-            searched: std::sync::atomic::AtomicBool::new(false),
-        }
+    fn from_vec(data: Vec<u8>) -> PageOwned {
+        page_from_slice(&data)
     }
 
     /// A fresh run with its header filled in.
-    pub fn new_run(
+    fn new_run(
         page_size: usize,
         npages: u32,
         page_type: PageType,
         id: PageId,
         cf: CfId,
-    ) -> PageBuf {
-        let mut p = PageBuf::zeroed(page_size * npages as usize);
-        put_u8(&mut p.data, OFF_TYPE, page_type as u8);
-        put_u64(&mut p.data, OFF_ID, id.0);
-        put_u64(&mut p.data, OFF_CF, cf.0);
-        put_u32(&mut p.data, OFF_NPAGES, npages);
+    ) -> PageOwned {
+        let mut p = Self::zeroed(page_size * npages as usize);
+        let b = p.bytes_mut();
+        put_u8(b, OFF_TYPE, page_type as u8);
+        put_u64(b, OFF_ID, id.0);
+        put_u64(b, OFF_CF, cf.0);
+        put_u32(b, OFF_NPAGES, npages);
         p
     }
 
     /// All bytes of the run.
-    #[inline]
-    pub fn bytes(&self) -> &[u8] {
-        &self.data
-    }
+    fn bytes(&self) -> &[u8];
 
     /// All bytes of the run, mutable (the derived index is dropped).
-    #[inline]
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        if self.index.get().is_some() {
-            self.index = std::sync::OnceLock::new();
-        }
-        &mut self.data
-    }
+    fn bytes_mut(&mut self) -> &mut [u8];
+
+    /// What is derived from the bytes.
+    fn meta(&self) -> &PageMeta;
 
     /// The index derived from these bytes by `build` (once; later calls
     /// return the same). `None` if `build` fails (then it is tried again
     /// next time, and the caller falls back to reading the bytes).
-    pub fn index_or(&self, build: impl FnOnce(&[u8]) -> Option<Box<[u64]>>) -> Option<&[u64]> {
-        if let Some(ix) = self.index.get() {
+    fn index_or(&self, build: impl FnOnce(&[u8]) -> Option<Box<[u64]>>) -> Option<&[u64]> {
+        let index = &self.meta().index;
+        if let Some(ix) = index.get() {
             return Some(ix);
         }
-        let built = build(&self.data)?;
-        Some(self.index.get_or_init(|| built))
+        let built = build(self.bytes())?;
+        Some(index.get_or_init(|| built))
     }
 
     /// True if this was asked before (and remembers that it was asked
     /// now). One write per page, ever: no shared counter on later reads.
     #[inline]
-    pub fn searched_before(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        if self.searched.load(Ordering::Relaxed) {
+    fn searched_before(&self) -> bool {
+        let searched = &self.meta().searched;
+        if searched.load(Ordering::Relaxed) {
             return true;
         }
-        self.searched.store(true, Ordering::Relaxed);
+        searched.store(true, Ordering::Relaxed);
         false
     }
 
     /// Length of the run in bytes.
     #[inline]
-    pub fn len(&self) -> usize {
-        self.data.len()
+    fn len(&self) -> usize {
+        self.bytes().len()
     }
 
     /// Always false: a run has at least a header.
     #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+    fn is_empty(&self) -> bool {
+        self.bytes().is_empty()
     }
 
     /// Raw type byte.
     #[inline]
-    pub fn page_type(&self) -> Option<PageType> {
-        PageType::from_u8(read_u8(&self.data, OFF_TYPE))
+    fn page_type(&self) -> Option<PageType> {
+        PageType::from_u8(read_u8(self.bytes(), OFF_TYPE))
     }
 
     /// Cell count field.
     #[inline]
-    pub fn count(&self) -> u16 {
-        read_u16(&self.data, OFF_COUNT)
+    fn count(&self) -> u16 {
+        read_u16(self.bytes(), OFF_COUNT)
     }
 
     /// Sets the cell count field.
     #[inline]
-    pub fn set_count(&mut self, n: u16) {
+    fn set_count(&mut self, n: u16) {
         put_u16(self.bytes_mut(), OFF_COUNT, n);
     }
 
     /// Own page id field.
     #[inline]
-    pub fn page_id(&self) -> PageId {
-        PageId(read_u64(&self.data, OFF_ID))
+    fn page_id(&self) -> PageId {
+        PageId(read_u64(self.bytes(), OFF_ID))
     }
 
     /// Owning CF field.
     #[inline]
-    pub fn cf(&self) -> CfId {
-        CfId(read_u64(&self.data, OFF_CF))
+    fn cf(&self) -> CfId {
+        CfId(read_u64(self.bytes(), OFF_CF))
     }
 
     /// Pages-in-run field.
     #[inline]
-    pub fn npages(&self) -> u32 {
-        read_u32(&self.data, OFF_NPAGES)
+    fn npages(&self) -> u32 {
+        read_u32(self.bytes(), OFF_NPAGES)
     }
 
     /// Payload length field (overflow and blob runs).
     #[inline]
-    pub fn payload_len(&self) -> u32 {
-        read_u32(&self.data, OFF_PAYLOAD_LEN)
+    fn payload_len(&self) -> u32 {
+        read_u32(self.bytes(), OFF_PAYLOAD_LEN)
     }
 
     /// Sets the payload length field.
     #[inline]
-    pub fn set_payload_len(&mut self, n: u32) {
+    fn set_payload_len(&mut self, n: u32) {
         put_u32(self.bytes_mut(), OFF_PAYLOAD_LEN, n);
     }
 
     /// The checksum this run should carry on disk.
-    pub fn compute_checksum(&self) -> u32 {
-        crc32c::crc32c(self.data.get(OFF_TYPE..).unwrap_or_default())
+    fn compute_checksum(&self) -> u32 {
+        crc32c::crc32c(self.bytes().get(OFF_TYPE..).unwrap_or_default())
     }
 
     /// Checks a run just read from the file at `expect_id` for `expect_cf`.
     /// Any mismatch is `Corrupted` naming the page.
-    pub fn verify(&self, expect_id: PageId, expect_cf: Option<CfId>) -> Result<PageType> {
-        if self.data.len() < HEADER_LEN {
+    fn verify(&self, expect_id: PageId, expect_cf: Option<CfId>) -> Result<PageType> {
+        if self.len() < HEADER_LEN {
             return Err(Error::corrupted_page(expect_id, "page shorter than header"));
         }
-        let stored = read_u32(&self.data, OFF_CRC);
+        let stored = read_u32(self.bytes(), OFF_CRC);
         if stored != self.compute_checksum() {
             return Err(Error::corrupted_page(expect_id, "checksum mismatch"));
         }
@@ -363,9 +402,75 @@ impl PageBuf {
     }
 }
 
+impl PageBytes for PageBuf {
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.slice
+    }
+
+    #[inline]
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let index = &mut self.header.header.index;
+        if index.get().is_some() {
+            *index = OnceLock::new();
+        }
+        &mut self.slice
+    }
+
+    #[inline]
+    fn meta(&self) -> &PageMeta {
+        &self.header.header
+    }
+}
+
 pub use crate::format::codec::{read_u16, read_u32, read_u64};
 
 /// Number of pages a run with `payload_len` bytes after the header needs.
 pub fn pages_for_payload(page_size: usize, payload_len: usize) -> u32 {
     (HEADER_LEN + payload_len).div_ceil(page_size) as u32
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    /// The point of one allocation: a run's bytes start in the first
+    /// cache line of its allocation, right after the count and the
+    /// derived fields.
+    #[test]
+    fn bytes_follow_the_count_in_one_allocation() {
+        let page = PageBuf::new_run(4096, 1, PageType::Leaf, PageId(7), CfId(3)).shareable();
+        let offset = page.bytes().as_ptr() as usize - page.heap_ptr() as usize;
+        assert!(
+            offset <= 48,
+            "the bytes start {offset} bytes into the allocation"
+        );
+        assert_eq!(page.len(), 4096);
+        assert_eq!(
+            (page.page_id(), page.cf(), page.npages()),
+            (PageId(7), CfId(3), 1)
+        );
+        // The thin form is the same allocation.
+        let thin = PageRef::into_thin(page.clone());
+        assert_eq!(thin.heap_ptr(), page.heap_ptr());
+        assert_eq!(PageRef::from_thin(thin).bytes(), page.bytes());
+    }
+
+    /// A shared run is copied before it is written; an unshared one is
+    /// written in place.
+    #[test]
+    fn make_mut_copies_only_shared_runs() {
+        let mut page = PageBuf::zeroed(4096).shareable();
+        let at = page.heap_ptr();
+        make_mut(&mut page).bytes_mut()[100] = 1;
+        assert_eq!(page.heap_ptr(), at, "an unshared run was copied");
+        let reader = page.clone();
+        make_mut(&mut page).bytes_mut()[100] = 2;
+        assert_ne!(page.heap_ptr(), at, "a shared run was written in place");
+        assert_eq!((reader.bytes()[100], page.bytes()[100]), (1, 2));
+        // Runs larger than the zero buffer are zeroed too.
+        let big = PageBuf::zeroed(MAX_PAGE_SIZE + 4096);
+        assert!(big.bytes().iter().all(|&b| b == 0));
+    }
 }

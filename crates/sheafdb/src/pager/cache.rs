@@ -30,10 +30,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::{ArcSwap, ArcSwapAny};
 use parking_lot::Mutex;
 
-use crate::format::page::{PageBuf, PageHandle, PageRef};
+use crate::format::page::{PageBytes as _, PageHandle, PageRef, PageThin};
 use crate::types::PageId;
 
 /// Page ids per chunk of the page table.
@@ -43,7 +43,7 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 /// One page id's place in the table.
 #[derive(Default)]
 struct Slot {
-    page: ArcSwapOption<PageBuf>,
+    page: ArcSwapAny<Option<PageThin>>,
     /// Set by a hit, cleared by the eviction sweep (second chance).
     referenced: AtomicBool,
     /// The run is committed but not written yet: never evicted. Changed
@@ -157,7 +157,7 @@ impl PageCache {
             if page.is_some() {
                 Self::touch(slot);
             }
-            page
+            page.map(PageRef::from_thin)
         })
         .flatten()
     }
@@ -187,7 +187,7 @@ impl PageCache {
                 .is_none_or(|p| p.len() >= crate::format::page::HEADER_LEN),
             "an empty run was cached"
         );
-        let old = slot.page.swap(page);
+        let old = slot.page.swap(page.map(PageRef::into_thin));
         if let Some(old) = old {
             if slot.dirty.load(Ordering::Relaxed) {
                 self.dirty_bytes.fetch_sub(old.len(), Ordering::Relaxed);
@@ -261,7 +261,7 @@ impl PageCache {
                 s.page
                     .load()
                     .as_ref()
-                    .is_some_and(|cur| Arc::ptr_eq(cur, page))
+                    .is_some_and(|cur| cur.heap_ptr() == page.heap_ptr())
             })
             .unwrap_or(false);
         if !same {
@@ -351,17 +351,17 @@ impl PageCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use crate::format::page::PageBuf;
 
     #[test]
     fn stays_within_budget_and_keeps_hot_pages() {
         let budget = 4 << 20;
         let cache = PageCache::new(budget);
         let hot = PageId(5);
-        cache.insert(hot, Arc::new(PageBuf::zeroed(4096)));
+        cache.insert(hot, PageBuf::zeroed(4096).shareable());
         for i in 0..20_000u64 {
             cache.get(hot);
-            cache.insert(PageId(1000 + i), Arc::new(PageBuf::zeroed(4096)));
+            cache.insert(PageId(1000 + i), PageBuf::zeroed(4096).shareable());
             assert!(cache.bytes() <= budget, "{} bytes cached", cache.bytes());
         }
         assert!(cache.bytes() > budget / 2, "the cache emptied itself");
@@ -377,17 +377,17 @@ mod tests {
     fn dirty_runs_are_never_evicted_and_counted_apart() {
         let cache = PageCache::new(4 << 20);
         for i in 0..100u64 {
-            cache.insert_dirty(PageId(i), Arc::new(PageBuf::zeroed(4096)));
+            cache.insert_dirty(PageId(i), PageBuf::zeroed(4096).shareable());
         }
         assert_eq!(cache.dirty_bytes(), 100 * 4096);
         for i in 0..20_000u64 {
-            cache.insert(PageId(1000 + i), Arc::new(PageBuf::zeroed(4096)));
+            cache.insert(PageId(1000 + i), PageBuf::zeroed(4096).shareable());
         }
         for i in 0..100u64 {
             assert!(cache.get(PageId(i)).is_some(), "dirty page {i} evicted");
         }
         // A huge dirty run is kept too; marking it clean drops it.
-        let huge = Arc::new(PageBuf::zeroed(8 << 20));
+        let huge = PageBuf::zeroed(8 << 20).shareable();
         cache.insert_dirty(PageId(50_000), huge.clone());
         assert!(cache.get(PageId(50_000)).is_some());
         cache.mark_clean(PageId(50_000), &huge);
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(cache.dirty_bytes(), 99 * 4096);
         assert_eq!(cache.bytes(), clean + 4096);
         // Marking clean a run that was replaced meanwhile does nothing.
-        cache.insert_dirty(PageId(4), Arc::new(PageBuf::zeroed(4096)));
+        cache.insert_dirty(PageId(4), PageBuf::zeroed(4096).shareable());
         cache.mark_clean(PageId(4), &p);
         assert_eq!(cache.dirty_bytes(), 99 * 4096);
     }
@@ -408,10 +408,10 @@ mod tests {
     #[test]
     fn replace_remove_and_handles() {
         let cache = PageCache::new(1 << 20);
-        cache.insert(PageId(3), Arc::new(PageBuf::zeroed(4096)));
+        cache.insert(PageId(3), PageBuf::zeroed(4096).shareable());
         let mut b = PageBuf::zeroed(4096);
         b.bytes_mut()[100] = 1;
-        cache.insert(PageId(3), Arc::new(b));
+        cache.insert(PageId(3), b.shareable());
         assert_eq!(cache.bytes(), 4096, "a replaced run was counted twice");
         assert_eq!(cache.get(PageId(3)).unwrap().bytes()[100], 1);
         let h = cache.handle(PageId(3)).unwrap();
@@ -422,7 +422,7 @@ mod tests {
         // A handle taken before keeps reading the run it found.
         assert_eq!(h.bytes()[100], 1);
         // Far page ids grow the table.
-        cache.insert(PageId(5_000_000), Arc::new(PageBuf::zeroed(4096)));
+        cache.insert(PageId(5_000_000), PageBuf::zeroed(4096).shareable());
         assert!(cache.get(PageId(5_000_000)).is_some());
         assert!(cache.get(PageId(4_999_999)).is_none());
     }
@@ -441,7 +441,7 @@ mod tests {
                 crate::types::CfId(1),
             );
             b.bytes_mut()[100] = 7;
-            Arc::new(b)
+            b.shareable()
         };
         std::thread::scope(|s| {
             for t in 0..3u64 {

@@ -18,7 +18,7 @@ pub mod space;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::format::page::{PageBuf, PageHandle, PageRef, HEADER_LEN};
+use crate::format::page::{PageBuf, PageBytes as _, PageHandle, PageOwned, PageRef, HEADER_LEN};
 use crate::storage::Storage;
 use crate::types::{CfId, PageId};
 
@@ -80,13 +80,13 @@ impl Pager {
                 "cached run has another shape or owner",
             ));
         }
-        let page = Arc::new(self.read_uncached(id, npages, Some(cf))?);
+        let page = self.read_uncached(id, npages, Some(cf))?.shareable();
         self.cache.insert(id, page.clone());
         Ok(PageHandle::Ref(page))
     }
 
     /// Reads and verifies a run without touching the cache.
-    pub fn read_uncached(&self, id: PageId, npages: u32, cf: Option<CfId>) -> Result<PageBuf> {
+    pub fn read_uncached(&self, id: PageId, npages: u32, cf: Option<CfId>) -> Result<PageOwned> {
         if id.0 < 2 || npages == 0 {
             return Err(Error::corrupted_page(
                 id,
@@ -113,16 +113,15 @@ impl Pager {
                 ));
             }
         }
-        let mut buf = vec![0u8; len];
+        let mut page = PageBuf::zeroed(len);
         self.storage
-            .read_at(offset, &mut buf)
+            .read_at(offset, page.bytes_mut())
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => {
                     Error::corrupted_page(id, "reference past the end of the file")
                 }
                 _ => Error::Io(e),
             })?;
-        let page = PageBuf::from_vec(buf);
         page.verify(id, cf)?;
         if page.npages() != npages {
             return Err(Error::corrupted_page(

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use crate::btree::store::{PageRead, PageWrite};
 use crate::error::{Error, Result};
-use crate::format::page::{PageBuf, PageHandle, PageRef};
+use crate::format::page::{make_mut, PageBuf, PageBytes as _, PageHandle, PageOwned, PageRef};
 use crate::pager::alloc::CfAllocator;
 use crate::pager::space::PageSpace;
 use crate::types::{CfId, IdMap, PageId};
@@ -208,7 +208,7 @@ impl PageWrite for TxnPages {
         // An empty placeholder until `install`; `sizes` keeps rollback exact.
         let prev = self
             .private
-            .insert(id, Arc::new(PageBuf::from_vec(Vec::new())));
+            .insert(id, PageBuf::from_vec(Vec::new()).shareable());
         assert!(
             prev.is_none(),
             "allocator handed out private page {id} twice"
@@ -217,7 +217,7 @@ impl PageWrite for TxnPages {
         Ok(id)
     }
 
-    fn install(&mut self, id: PageId, page: PageBuf) {
+    fn install(&mut self, id: PageId, page: PageOwned) {
         debug_assert_eq!(page.page_id(), id, "installed page carries another id");
         debug_assert_eq!(page.cf(), self.cf, "installed page carries another cf");
         let slot = self
@@ -229,7 +229,7 @@ impl PageWrite for TxnPages {
             page.len(),
             "installed run has another length than allocated"
         );
-        *slot = Arc::new(page);
+        *slot = page.shareable();
     }
 
     fn get_mut(&mut self, id: PageId) -> Result<&mut PageBuf> {
@@ -239,7 +239,7 @@ impl PageWrite for TxnPages {
         let slot = self.private.get_mut(&id).ok_or_else(|| {
             Error::corrupted_page(id, "a page freed through another pointer is written")
         })?;
-        Ok(Arc::make_mut(slot))
+        Ok(make_mut(slot))
     }
 
     fn free(&mut self, id: PageId, npages: u32) {
