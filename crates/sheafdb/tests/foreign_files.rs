@@ -324,3 +324,54 @@ fn a_superblock_with_a_low_next_cf_id_does_not_reuse_ids() {
     assert_eq!(count(&db), 10);
     assert_eq!(db.list_cfs().unwrap(), ["a", "b", "default"]);
 }
+
+/// A bit flipped in the newest superblock slot, with WAL segments begun
+/// after that checkpoint: the other slot is older than the log, so open
+/// must refuse. It used to call that `WalMismatch` ("the data file is
+/// older than its WAL"), sending the user after a copy that never
+/// happened; now it is `Corrupted`, naming the damaged superblock, and
+/// nothing changes. Damage in the older slot opens normally.
+#[test]
+fn a_damaged_newest_superblock_is_reported_as_corruption_not_a_stale_copy() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 10);
+    db.checkpoint().unwrap();
+    db.checkpoint().unwrap();
+    // Past the first segment files: uses begun at the newest generation.
+    for i in 0..400u64 {
+        let tx = db.begin_write().unwrap();
+        tx.open_table(BIG)
+            .unwrap()
+            .insert(i, vec![2u8; 3000].as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let image = vfs.process_crash();
+    drop(db);
+    let page_size = 4096;
+    let (mut corrupted, mut opened) = (0, 0);
+    for slot_at in [0usize, page_size] {
+        let copy = image.process_crash();
+        let mut bytes = copy.file_bytes(NAME).unwrap();
+        bytes[slot_at + 40] ^= 0x10;
+        copy.set_file_bytes(NAME, bytes);
+        let before = files_of(&copy);
+        match open(&copy) {
+            Ok(db) => {
+                opened += 1;
+                assert_eq!(count(&db), 10, "the older slot's damage lost rows");
+            }
+            Err(err) => {
+                corrupted += 1;
+                assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+                assert!(
+                    err.to_string().contains("superblock slot is damaged"),
+                    "{err}"
+                );
+                assert_eq!(files_of(&copy), before, "a refused open changed a file");
+            }
+        }
+    }
+    assert_eq!((corrupted, opened), (1, 1), "one slot is the newest");
+}

@@ -76,8 +76,12 @@ pub(super) fn open(
     if !read_only {
         make_durable(&*vfs, &*storage)?;
     }
+    let mut superblock_damaged = false;
     let shared = match read_superblock(&*storage)? {
-        Found::Database(sb) => open_existing(opts, storage, lock, sb)?,
+        Found::Database(sb, damaged) => {
+            superblock_damaged = damaged;
+            open_existing(opts, storage, lock, sb)?
+        }
         Found::Nothing | Found::Unfinished if create => {
             refuse_orphan_wal(&*vfs, name)?;
             create_new(opts, storage, lock)?
@@ -99,7 +103,7 @@ pub(super) fn open(
         }
         Found::Foreign(why) => return Err(Error::NotADatabase(format!("{name}: {why}"))),
     };
-    open_wal(&shared, vfs, name)?;
+    open_wal(&shared, vfs, name, superblock_damaged)?;
     if !read_only {
         shared.start_threads()?;
     }
@@ -124,9 +128,15 @@ fn wal_options(opts: &Builder) -> Result<WalOptions> {
 }
 
 /// Opens the WAL beside the data file and replays it (design.md §7 step 4).
-fn open_wal(shared: &Arc<DbShared>, vfs: Arc<dyn Vfs>, name: &str) -> Result<()> {
+fn open_wal(
+    shared: &Arc<DbShared>,
+    vfs: Arc<dyn Vfs>,
+    name: &str,
+    superblock_damaged: bool,
+) -> Result<()> {
     let from = shared.ckpt.sys.lock().replay_lsn.max(FIRST_LSN);
-    let opts = wal_options_for(shared);
+    let mut opts = wal_options_for(shared);
+    opts.superblock_damaged = superblock_damaged;
     let mut replayer = Replayer::new(shared.clone());
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
         replayer.apply(lsn, payload)
@@ -180,8 +190,9 @@ fn wal_options_for(shared: &DbShared) -> WalOptions {
 
 /// What the first pages of a data file hold.
 enum Found {
-    /// A valid superblock (the higher generation of the two slots).
-    Database(Superblock),
+    /// A valid superblock (the higher generation of the two slots), and
+    /// whether the other slot was damaged (did not decode).
+    Database(Superblock, bool),
     /// Nothing: an empty file (or the zeros a torn creation marker may
     /// leave: at most one zero-filled slot).
     Nothing,
@@ -267,7 +278,7 @@ fn pick_slot(s0: SlotRead, s1: SlotRead, len: u64) -> Result<Found> {
         }
     }
     if let Some(sb) = best {
-        return Ok(Found::Database(sb));
+        return Ok(Found::Database(sb, corrupted.is_some()));
     }
     if let Some(e) = corrupted {
         return Err(e);

@@ -119,6 +119,11 @@ pub struct WalOptions {
     /// Replay only: segment files are opened read-only and never synced,
     /// and `append` refuses (`Error::ReadOnly`).
     pub read_only: bool,
+    /// The data file's other superblock slot did not decode: then a
+    /// segment begun under a later generation than `generation` means
+    /// the newest superblock was damaged (`Corrupted`), not that the data
+    /// file is an older copy.
+    pub superblock_damaged: bool,
 }
 
 impl WalOptions {
@@ -133,6 +138,7 @@ impl WalOptions {
             db_id: 0,
             generation: 0,
             read_only: false,
+            superblock_damaged: false,
         }
     }
 
@@ -257,7 +263,7 @@ pub fn open(
 ) -> Result<(Wal, ReplaySummary)> {
     opts.validate()?;
     let scanned = replay::scan_segments(&*vfs, name, opts.read_only)?;
-    replay::check_identity(&scanned, name, opts.db_id, opts.generation)?;
+    replay::check_identity(&scanned, name, &opts)?;
     let recovered = replay::replay(&scanned, name, from, apply)?;
     let resume = resume_after(&scanned, &recovered, &opts, from);
     let next_lsn = resume.next_lsn;

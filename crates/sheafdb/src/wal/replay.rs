@@ -35,6 +35,7 @@ use super::frame::{FrameHeader, StopReason, FRAME_HEADER_BYTES};
 use super::segment::{
     parse_segment_name, segment_name, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES,
 };
+use super::WalOptions;
 use crate::error::{Error, Location, Result};
 use crate::format::codec::slice_at;
 use crate::storage::{OpenMode, Storage, Vfs};
@@ -140,9 +141,9 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize, read_only: bool) -> Resul
 pub(crate) fn check_identity(
     slots: &[ScannedSlot],
     db_name: &str,
-    db_id: u64,
-    generation: u64,
+    opts: &WalOptions,
 ) -> Result<()> {
+    let (db_id, generation) = (opts.db_id, opts.generation);
     for s in slots {
         let Some(h) = s.header else { continue };
         let file = segment_name(db_name, s.slot);
@@ -151,6 +152,23 @@ pub(crate) fn check_identity(
                 "{file} belongs to database {:016x}, the data file is database {db_id:016x}",
                 h.db_id
             )));
+        }
+        if h.generation > generation && opts.superblock_damaged {
+            // The data file's newest superblock is the damaged slot: the
+            // one that decoded is older than the log, and may name pages
+            // reused since. Neither file changes.
+            return Err(Error::Corrupted {
+                what: format!(
+                    "the newest superblock slot is damaged; the other slot is at \
+                     generation {generation}, older than {file} (begun at generation {}), \
+                     so the latest checkpoint cannot be found",
+                    h.generation
+                ),
+                location: Location::File {
+                    name: db_name.to_string(),
+                    offset: 0,
+                },
+            });
         }
         if h.generation > generation {
             return Err(Error::WalMismatch(format!(
