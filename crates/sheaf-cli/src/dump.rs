@@ -14,7 +14,7 @@ use std::path::Path;
 
 use sheafdb::{ColumnFamily, ReadTransaction, TableInfo};
 
-use crate::render::{hex, Codec, Side};
+use crate::render::{hex, Side, TableCodec};
 use crate::{csv, open_read_only, CliResult, Failure, Format};
 
 /// Writes `bytes` to stdout. A closed pipe (`sheaf dump … | head`) ends
@@ -128,10 +128,8 @@ fn dump_table(
     let context = || format!("table {:?} of column family {:?}", info.name, cf.name());
     let db_err = |e| Stop::Db(Failure::db(context(), e));
     let table = rx.open_untyped_table_in(cf, &info.name).map_err(db_err)?;
-    let (kc, vc) = (
-        Codec::for_key(&info.key_type),
-        Codec::for_value(&info.value_type),
-    );
+    let codec = TableCodec::new(&info.key_type, &info.value_type);
+    let (kc, vc, vside) = (&codec.key, &codec.value, codec.value_side);
     if format == Format::Hex {
         let q = |s: &str| serde_json::Value::from(s).to_string();
         writeln!(
@@ -154,7 +152,8 @@ fn dump_table(
     let mut line = String::new();
     for entry in table.iter().map_err(db_err)? {
         let (k, v) = entry.map_err(db_err)?;
-        let (k, v) = (k.value(), v.value());
+        let (k, v) = codec.shown(k.value(), v.value()).map_err(db_err)?;
+        let k: &[u8] = &k;
         line.clear();
         match format {
             Format::Jsonl => {
@@ -162,12 +161,12 @@ fn dump_table(
                 line.push_str("\"key\":");
                 kc.json(Side::Key, k, &mut line).map_err(db_err)?;
                 line.push_str(",\"value\":");
-                vc.json(Side::Value, v, &mut line).map_err(db_err)?;
+                vc.json(vside, v, &mut line).map_err(db_err)?;
                 line.push_str("}\n");
             }
             Format::Csv => {
                 let key = kc.cell(Side::Key, k).map_err(db_err)?;
-                let value = vc.cell(Side::Value, v).map_err(db_err)?;
+                let value = vc.cell(vside, v).map_err(db_err)?;
                 line = match named {
                     true => csv::line(&[cf.name(), &info.name, &key, &value]),
                     false => csv::line(&[&key, &value]),

@@ -18,7 +18,7 @@ use sheafdb::table::dynamic::DynType;
 use sheafdb::{ColumnFamily, Error};
 
 use crate::info::{plural, thousands};
-use crate::render::{unhex, Codec, Side};
+use crate::render::{unhex, Side, TableCodec};
 use crate::{csv, open_or_create, show_progress, CliResult, Failure, Format};
 
 /// What to load, from the command line.
@@ -37,6 +37,14 @@ type Row = (u64, Vec<u8>, Vec<u8>);
 
 /// A type name as the catalog writes it, when it is a built-in type.
 fn canonical(name: &str, side: &str) -> String {
+    if let Some((k, v)) = sheafdb::table::dynamic::multimap_types(name) {
+        // A multimap's pairs: its key and value types, each a key type.
+        return format!(
+            "multimap({},{})",
+            canonical(k, "key"),
+            canonical(v, "value")
+        );
+    }
     match DynType::parse(name) {
         Some(t) => t.to_string(),
         None => {
@@ -73,12 +81,12 @@ pub fn run(req: &Request<'_>) -> CliResult {
         .cf_or_create(req.cf)
         .map_err(|e| Failure::db(format!("column family {:?}", req.cf), e))?;
     let (key_type, value_type) = table_types(&cf, req)?;
-    let codecs = (Codec::for_key(&key_type), Codec::for_value(&value_type));
+    let codec = TableCodec::new(&key_type, &value_type);
     if io::stdin().is_terminal() {
         eprintln!("sheaf: reading rows from the terminal (end with Ctrl-D)");
     }
     let stdin = io::stdin().lock();
-    let mut rows = rows(stdin, req.format, codecs);
+    let mut rows = rows(stdin, req.format, codec.clone());
     let bar = progress();
     let mut total = 0u64;
     let mut commits = 0u64;
@@ -106,6 +114,7 @@ pub fn run(req: &Request<'_>) -> CliResult {
                 };
                 let (line, k, v) = row
                     .map_err(|msg| Failure::new(format!("{msg}; {}", committed(total, commits))))?;
+                let (k, v) = codec.stored(k, v);
                 table.insert(k.as_slice(), v.as_slice()).map_err(|e| {
                     Failure::new(format!("line {line}: {e}; {}", committed(total, commits)))
                 })?;
@@ -161,7 +170,7 @@ fn progress() -> ProgressBar {
 fn rows<'a, R: BufRead + 'a>(
     input: R,
     format: Format,
-    codecs: (Codec, Codec),
+    codecs: TableCodec,
 ) -> Box<dyn Iterator<Item = Result<Row, String>> + 'a> {
     match format {
         Format::Jsonl => Box::new(jsonl_rows(input, codecs)),
@@ -185,7 +194,12 @@ fn lines<R: BufRead>(input: R) -> impl Iterator<Item = Result<(u64, String), Str
 
 fn jsonl_rows<R: BufRead>(
     input: R,
-    (kc, vc): (Codec, Codec),
+    TableCodec {
+        key: kc,
+        value: vc,
+        value_side: vside,
+        ..
+    }: TableCodec,
 ) -> impl Iterator<Item = Result<Row, String>> {
     lines(input).map(move |l| {
         let (n, text) = l?;
@@ -209,7 +223,7 @@ fn jsonl_rows<R: BufRead>(
             .parse_json(Side::Key, field("key")?)
             .map_err(|e| at(format!("key: {e}")))?;
         let v = vc
-            .parse_json(Side::Value, field("value")?)
+            .parse_json(vside, field("value")?)
             .map_err(|e| at(format!("value: {e}")))?;
         Ok((n, k, v))
     })
@@ -217,7 +231,12 @@ fn jsonl_rows<R: BufRead>(
 
 fn csv_rows<R: BufRead>(
     input: R,
-    (kc, vc): (Codec, Codec),
+    TableCodec {
+        key: kc,
+        value: vc,
+        value_side: vside,
+        ..
+    }: TableCodec,
 ) -> impl Iterator<Item = Result<Row, String>> {
     let mut reader = csv::Reader::new(input);
     let mut header_seen = false;
@@ -246,7 +265,7 @@ fn csv_rows<R: BufRead>(
                 .parse_cell(Side::Key, k)
                 .map_err(|e| at(&format!("key: {e}")))
                 .and_then(|k| {
-                    vc.parse_cell(Side::Value, v)
+                    vc.parse_cell(vside, v)
                         .map(|v| (n, k, v))
                         .map_err(|e| at(&format!("value: {e}")))
                 }),
@@ -258,7 +277,12 @@ fn csv_rows<R: BufRead>(
 /// Hex rows; keys and values of built-in types must decode as their type.
 fn hex_rows<R: BufRead>(
     input: R,
-    (kc, vc): (Codec, Codec),
+    TableCodec {
+        key: kc,
+        value: vc,
+        value_side: vside,
+        ..
+    }: TableCodec,
 ) -> impl Iterator<Item = Result<Row, String>> {
     let mut tables = 0;
     lines(input).filter_map(move |l| {
@@ -280,9 +304,12 @@ fn hex_rows<R: BufRead>(
             }
             return None;
         }
-        let (k, v) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
+        // The first space ends the key: an empty key's line starts with it.
+        let line = text.trim_end();
+        let (k, v) = line.split_once(' ').unwrap_or((line, ""));
+        let (k, v) = (k.trim(), v.trim());
         let k = unhex(k).and_then(|k| kc.check(Side::Key, &k).map(|()| k));
-        let v = unhex(v).and_then(|v| vc.check(Side::Value, &v).map(|()| v));
+        let v = unhex(v).and_then(|v| vc.check(vside, &v).map(|()| v));
         Some(match (k, v) {
             (Ok(k), Ok(v)) => Ok((n, k, v)),
             (Err(e), _) => Err(at(format!("key: {e}"))),

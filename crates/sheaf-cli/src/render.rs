@@ -16,11 +16,18 @@
 //! | `f32`, `f64` | number (shortest form that reads back the same), or `"NaN"`, `"inf"`, `"-inf"` | the same, unquoted |
 //! | `Option<T>` | `null` for `None`, `T` for `Some` (`[T]` when `T` itself may be `null`: `()` or an `Option`) | JSON |
 //! | tuples | array | JSON |
+//!
+//! A multimap table (catalog key type `multimap(K,V)`) is shown as one
+//! entry per pair: its key as `K`, its value as `V` ([`TableCodec`]).
 
 use std::fmt::Write as _;
 
 use serde_json::Value as Json;
-use sheafdb::table::dynamic::{DynType, DynValue};
+use std::borrow::Cow;
+
+use sheafdb::table::dynamic::{
+    multimap_pair, multimap_types, split_multimap_pair, DynType, DynValue,
+};
 
 /// How one side (key or value) of a table is turned into text and back.
 #[derive(Debug, Clone)]
@@ -44,6 +51,63 @@ impl Codec {
     /// The codec for a value of type `name`.
     pub fn for_value(name: &str) -> Codec {
         DynType::parse(name).map_or(Codec::Raw, Codec::Known)
+    }
+}
+
+/// How a table's stored entries become the key and value a user sees,
+/// and back. An ordinary table shows them as stored. A multimap table
+/// (catalog key type `multimap(K,V)`, value type `()`) stores each pair
+/// of a key and one of its values as a tree key: it is shown as that key
+/// and that value (the value in its key encoding: multimap values are
+/// keys).
+#[derive(Debug, Clone)]
+pub struct TableCodec {
+    pub key: Codec,
+    pub value: Codec,
+    /// The encoding the shown value has.
+    pub value_side: Side,
+    multimap: bool,
+}
+
+impl TableCodec {
+    /// The codec of a table with these catalog type names.
+    pub fn new(key_type: &str, value_type: &str) -> TableCodec {
+        match multimap_types(key_type) {
+            Some((k, v)) => TableCodec {
+                key: Codec::for_key(k),
+                value: Codec::for_key(v),
+                value_side: Side::Key,
+                multimap: true,
+            },
+            None => TableCodec {
+                key: Codec::for_key(key_type),
+                value: Codec::for_value(value_type),
+                value_side: Side::Value,
+                multimap: false,
+            },
+        }
+    }
+
+    /// The key and value bytes shown for a stored entry (`Corrupted` if
+    /// a multimap's tree key is no pair).
+    pub fn shown<'a>(
+        &self,
+        key: &'a [u8],
+        value: &'a [u8],
+    ) -> sheafdb::Result<(Cow<'a, [u8]>, &'a [u8])> {
+        if !self.multimap {
+            return Ok((Cow::Borrowed(key), value));
+        }
+        let (k, v) = split_multimap_pair(key)?;
+        Ok((Cow::Owned(k), v))
+    }
+
+    /// The stored entry for shown key and value bytes.
+    pub fn stored(&self, key: Vec<u8>, value: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+        match self.multimap {
+            true => (multimap_pair(&key, &value), Vec::new()),
+            false => (key, value),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value as Json;
 use sheafdb::table::types::{Key, KeyPart, Value};
-use sheafdb::{Database, Result, TableDefinition};
+use sheafdb::{Database, MultimapTableDefinition, Result, TableDefinition};
 
 fn sheaf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sheaf"))
@@ -81,9 +81,10 @@ const MEMBERS: TableDefinition<(u32, Option<String>), ()> = TableDefinition::new
 const FLAGS: TableDefinition<Option<Option<u8>>, (bool, char, i128)> =
     TableDefinition::new("flags");
 const READINGS: TableDefinition<(Celsius, u8), Option<Celsius>> = TableDefinition::new("readings");
+const TAGS: MultimapTableDefinition<&str, (u64, &str)> = MultimapTableDefinition::new("tags");
 
 /// (cf, table, key type, value type, entries) of the test database.
-const TABLES: [(&str, &str, &str, &str, u64); 7] = [
+const TABLES: [(&str, &str, &str, &str, u64); 8] = [
     ("default", "events", "(u64,str)", "Option<(u32,str)>", 4),
     ("default", "users", "str", "u64", 3),
     ("metrics", "blobs", "[u8;4]", "bytes", 3),
@@ -97,6 +98,7 @@ const TABLES: [(&str, &str, &str, &str, u64); 7] = [
         "Option<test::Celsius>",
         2,
     ),
+    ("sets", "tags", "multimap(str,(u64,str))", "()", 4),
 ];
 
 /// A database with three column families and tables of many types.
@@ -145,6 +147,11 @@ fn make_db(path: &Path) -> Result<()> {
         let mut readings = tx.open_table(READINGS)?;
         readings.insert((Celsius(-5), 1), Some(Celsius(-5)))?;
         readings.insert((Celsius(20), 2), None)?;
+        let mut tags = tx.open_multimap_table(TAGS)?;
+        tags.insert("a\0b", (1, "x"))?;
+        tags.insert("a\0b", (2, ""))?;
+        tags.insert("a", (0, "a\0"))?;
+        tags.insert("", (u64::MAX, "é"))?;
     }
     tx.commit()?;
     db.close()
@@ -380,7 +387,7 @@ fn check_passes_on_a_good_database_without_a_progress_bar_when_piped() {
         .assert()
         .success()
         .stdout(predicate::str::contains(
-            "ok: 3 column families, 7 tables, 24 entries",
+            "ok: 3 column families, 8 tables, 28 entries",
         ))
         .stderr(predicate::str::is_empty());
     assert_eq!(files(f.dir.path()), before);
@@ -586,6 +593,19 @@ fn dump_renders_keys_and_values_by_type() {
     assert_eq!(
         readings,
         "{\"key\":\"7ffffffb01\",\"value\":\"01fbffffff\"}\n{\"key\":\"8000001402\",\"value\":\"00\"}\n"
+    );
+    // A multimap table: one line per pair of a key and one of its values.
+    let tags = stdout_of(
+        sheaf()
+            .args(["dump", "--cf", "sets", "--table", "tags"])
+            .arg(&f.path),
+    );
+    assert_eq!(
+        tags,
+        "{\"key\":\"\",\"value\":[18446744073709551615,\"é\"]}\n\
+         {\"key\":\"a\",\"value\":[0,\"a\\u0000\"]}\n\
+         {\"key\":\"a\\u0000b\",\"value\":[1,\"x\"]}\n\
+         {\"key\":\"a\\u0000b\",\"value\":[2,\"\"]}\n"
     );
     let hex = stdout_of(
         sheaf()

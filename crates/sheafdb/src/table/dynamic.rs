@@ -804,5 +804,41 @@ fn split_element<'b>(ty: &DynType, bytes: &'b [u8]) -> Result<(&'b [u8], &'b [u8
     })
 }
 
+/// The key and value type names of a multimap table whose catalog key
+/// type is `key_type` (`multimap(K,V)`, see
+/// [`MultimapTableDefinition`](super::MultimapTableDefinition)); `None`
+/// for any other table.
+pub fn multimap_types(key_type: &str) -> Option<(&str, &str)> {
+    let inner = key_type.strip_prefix("multimap(")?.strip_suffix(')')?;
+    // The comma between K and V is the one outside every bracket.
+    let mut depth = 0i32;
+    for (at, c) in inner.char_indices() {
+        match c {
+            '(' | '<' | '[' => depth += 1,
+            ')' | '>' | ']' => depth -= 1,
+            ',' if depth == 0 => return Some((&inner[..at], &inner[at + 1..])),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A multimap table's stored tree key split into the key encoding of its
+/// key and of its value (`Corrupted` if it is no such pair).
+pub fn split_multimap_pair(stored: &[u8]) -> Result<(Vec<u8>, &[u8])> {
+    let (key, at) = super::multimap::split_pair(stored)?;
+    let value = stored
+        .get(at..)
+        .ok_or_else(|| Error::corrupted("multimap pair: value past the end", "multimap table"))?;
+    Ok((key, value))
+}
+
+/// The stored tree key of a multimap table's pair: `key` and `value` are
+/// the key encodings of the pair's key and value (the stored value is
+/// `()`, no bytes).
+pub fn multimap_pair(key: &[u8], value: &[u8]) -> Vec<u8> {
+    super::multimap::pair(key, value)
+}
+
 #[cfg(test)]
 mod tests;

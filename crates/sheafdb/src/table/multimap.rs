@@ -125,7 +125,7 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// The pair `(key, value)` as a tree key.
-fn pair(key: &[u8], value: &[u8]) -> Vec<u8> {
+pub(super) fn pair(key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut out = key_prefix(key);
     out.extend_from_slice(value);
     out
@@ -133,7 +133,7 @@ fn pair(key: &[u8], value: &[u8]) -> Vec<u8> {
 
 /// Splits a stored pair into its key's encoding and the offset where the
 /// value starts. `Corrupted` if it has no terminator or a bad escape.
-fn split_pair(stored: &[u8]) -> Result<(Vec<u8>, usize)> {
+pub(super) fn split_pair(stored: &[u8]) -> Result<(Vec<u8>, usize)> {
     let bad = |what: &str| Error::corrupted(format!("multimap pair: {what}"), "multimap table");
     let mut key = Vec::new();
     let mut i = 0;

@@ -439,3 +439,29 @@ fn decode_errors_name_the_encoding() {
         "value decode"
     );
 }
+
+#[test]
+fn multimap_type_names_and_pairs() {
+    use crate::table::dynamic::{multimap_pair, multimap_types, split_multimap_pair};
+    assert_eq!(multimap_types("multimap(str,u64)"), Some(("str", "u64")));
+    assert_eq!(
+        multimap_types("multimap((u64,str),Option<(u8,bytes)>)"),
+        Some(("(u64,str)", "Option<(u8,bytes)>"))
+    );
+    assert_eq!(multimap_types("(str,u64)"), None);
+    assert_eq!(multimap_types("multimap(str)"), None);
+    // The catalog's own name for a multimap of these types.
+    let def: crate::MultimapTableDefinition<(u64, &str), Option<u8>> =
+        crate::MultimapTableDefinition::new("m");
+    assert_eq!(
+        multimap_types(&def.key_type_name()),
+        Some(("(u64,str)", "Option<u8>"))
+    );
+    for (k, v) in [(&b"a\0b"[..], &b"\0\0"[..]), (b"", b""), (b"\xff", b"x\0")] {
+        let stored = multimap_pair(k, v);
+        let (k2, v2) = split_multimap_pair(&stored).unwrap();
+        assert_eq!((k2.as_slice(), v2), (k, v));
+    }
+    assert!(split_multimap_pair(b"no terminator").is_err());
+    assert!(split_multimap_pair(b"bad\0escape").is_err());
+}
