@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::page::{make_mut, PageBuf, PageBytes as _, PageOwned, PageRef};
 use crate::types::{CfId, PageId};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct MemStore {
     page_size: usize,
     cf: CfId,
@@ -81,6 +81,17 @@ impl MemStore {
     pub fn corrupt(&mut self, id: PageId, offset: usize, byte: u8) {
         let page = self.data.get_mut(&id).expect("known page");
         make_mut(page).bytes_mut()[offset] = byte;
+    }
+}
+
+impl std::fmt::Debug for MemStore {
+    /// The live runs by id and length, not their bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemStore")
+            .field("cf", &self.cf)
+            .field("live", &self.live)
+            .field("private", &self.private)
+            .finish_non_exhaustive()
     }
 }
 

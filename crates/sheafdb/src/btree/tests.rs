@@ -1821,3 +1821,19 @@ fn scans_build_no_leaf_index_and_searches_do() {
         );
     }
 }
+
+/// A store's `Debug` names its runs, not their bytes (a page's own
+/// `Debug`, triomphe's, prints every byte: 786,537 characters for a
+/// 256 KiB run).
+#[test]
+fn store_debug_output_stays_small() {
+    let (_, s, _, _) = committed_tree(5, 2000);
+    let pages = s.live().len();
+    assert!(pages > 20, "{pages} pages");
+    let text = format!("{s:?}");
+    assert!(
+        text.len() < 64 * pages + 200,
+        "{} characters of Debug for {pages} runs",
+        text.len()
+    );
+}

@@ -52,7 +52,6 @@ impl PageRead for ReadPages {
 
 /// Copy-on-write page access for one write transaction on one CF (or for
 /// the system tree during a checkpoint).
-#[derive(Debug)]
 pub struct TxnPages {
     space: Arc<PageSpace>,
     cf: CfId,
@@ -68,6 +67,19 @@ pub struct TxnPages {
     /// length: the file's free space named a live run). Reported by
     /// [`TxnPages::check_frees`], before the commit's WAL append.
     bad_free: Option<PageId>,
+}
+
+impl std::fmt::Debug for TxnPages {
+    /// The runs by id and length, not their bytes (a page's `Debug` prints
+    /// every byte).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxnPages")
+            .field("cf", &self.cf)
+            .field("private_runs", &self.sizes)
+            .field("freed_committed", &self.freed_committed)
+            .field("bad_free", &self.bad_free)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TxnPages {
