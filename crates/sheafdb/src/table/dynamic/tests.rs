@@ -451,8 +451,8 @@ fn multimap_type_names_and_pairs() {
     assert_eq!(multimap_types("(str,u64)"), None);
     assert_eq!(multimap_types("multimap(str)"), None);
     // The catalog's own name for a multimap of these types.
-    let def: crate::MultimapTableDefinition<(u64, &str), Option<u8>> =
-        crate::MultimapTableDefinition::new("m");
+    let def: crate::table::MultimapTableDefinition<(u64, &str), Option<u8>> =
+        crate::table::MultimapTableDefinition::new("m");
     assert_eq!(
         multimap_types(&def.key_type_name()),
         Some(("(u64,str)", "Option<u8>"))
