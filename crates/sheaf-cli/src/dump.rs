@@ -129,7 +129,7 @@ fn dump_table(
     let db_err = |e| Stop::Db(Failure::db(context(), e));
     let table = rx.open_untyped_table_in(cf, &info.name).map_err(db_err)?;
     let codec = TableCodec::new(&info.key_type, &info.value_type);
-    let (kc, vc, vside) = (&codec.key, &codec.value, codec.value_side);
+    let (kc, vc, vside) = (&codec.key, &codec.value, codec.value_side());
     if format == Format::Hex {
         let q = |s: &str| serde_json::Value::from(s).to_string();
         writeln!(

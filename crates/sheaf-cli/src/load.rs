@@ -194,13 +194,9 @@ fn lines<R: BufRead>(input: R) -> impl Iterator<Item = Result<(u64, String), Str
 
 fn jsonl_rows<R: BufRead>(
     input: R,
-    TableCodec {
-        key: kc,
-        value: vc,
-        value_side: vside,
-        ..
-    }: TableCodec,
+    codec: TableCodec,
 ) -> impl Iterator<Item = Result<Row, String>> {
+    let (kc, vc, vside) = codec.into_parts();
     lines(input).map(move |l| {
         let (n, text) = l?;
         let at = |msg: String| format!("line {n}: {msg}");
@@ -229,15 +225,8 @@ fn jsonl_rows<R: BufRead>(
     })
 }
 
-fn csv_rows<R: BufRead>(
-    input: R,
-    TableCodec {
-        key: kc,
-        value: vc,
-        value_side: vside,
-        ..
-    }: TableCodec,
-) -> impl Iterator<Item = Result<Row, String>> {
+fn csv_rows<R: BufRead>(input: R, codec: TableCodec) -> impl Iterator<Item = Result<Row, String>> {
+    let (kc, vc, vside) = codec.into_parts();
     let mut reader = csv::Reader::new(input);
     let mut header_seen = false;
     std::iter::from_fn(move || loop {
@@ -275,15 +264,8 @@ fn csv_rows<R: BufRead>(
 }
 
 /// Hex rows; keys and values of built-in types must decode as their type.
-fn hex_rows<R: BufRead>(
-    input: R,
-    TableCodec {
-        key: kc,
-        value: vc,
-        value_side: vside,
-        ..
-    }: TableCodec,
-) -> impl Iterator<Item = Result<Row, String>> {
+fn hex_rows<R: BufRead>(input: R, codec: TableCodec) -> impl Iterator<Item = Result<Row, String>> {
+    let (kc, vc, vside) = codec.into_parts();
     let mut tables = 0;
     lines(input).filter_map(move |l| {
         let (n, text) = match l {

@@ -64,8 +64,6 @@ impl Codec {
 pub struct TableCodec {
     pub key: Codec,
     pub value: Codec,
-    /// The encoding the shown value has.
-    pub value_side: Side,
     multimap: bool,
 }
 
@@ -76,16 +74,28 @@ impl TableCodec {
             Some((k, v)) => TableCodec {
                 key: Codec::for_key(k),
                 value: Codec::for_key(v),
-                value_side: Side::Key,
                 multimap: true,
             },
             None => TableCodec {
                 key: Codec::for_key(key_type),
                 value: Codec::for_value(value_type),
-                value_side: Side::Value,
                 multimap: false,
             },
         }
+    }
+
+    /// The encoding the shown value has: a multimap's values are keys.
+    pub fn value_side(&self) -> Side {
+        match self.multimap {
+            true => Side::Key,
+            false => Side::Value,
+        }
+    }
+
+    /// The key codec, the value codec and the value's encoding.
+    pub fn into_parts(self) -> (Codec, Codec, Side) {
+        let side = self.value_side();
+        (self.key, self.value, side)
     }
 
     /// The key and value bytes shown for a stored entry (`Corrupted` if

@@ -16,7 +16,7 @@ use crate::btree::{self, Cursor, TreeRoot};
 use crate::db::{Builder, Database};
 use crate::error::{Error, Result};
 use crate::format::page::{
-    PageBuf, PageBytes as _, PageRef, HEADER_LEN, OFF_CF, OFF_CRC, OFF_ID, OFF_NPAGES,
+    page_from_slice, PageBytes as _, PageRef, HEADER_LEN, OFF_CF, OFF_CRC, OFF_ID, OFF_NPAGES,
 };
 use crate::format::records::{CfDescriptor, MetaBlob, TableMeta};
 use crate::format::superblock::Superblock;
@@ -54,7 +54,7 @@ impl PageRead for ImagePages {
         let Some(bytes) = range.and_then(|r| self.pages.get(r)) else {
             return Err(Error::corrupted_page(id, "run outside the image"));
         };
-        let page = PageBuf::from_vec(bytes.to_vec());
+        let page = page_from_slice(bytes);
         page.verify(id, Some(self.cf))?;
         if page.npages() != npages || npages == 0 {
             return Err(Error::corrupted_page(id, "run length differs"));

@@ -13,7 +13,7 @@ use super::node::{copy_node, set_child, set_overflow, NodeRef, ValueLoc};
 use super::store::PageWrite;
 use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBuf, PageBytes as _, OFF_ID};
+use crate::format::page::{page_from_slice, pages_for_payload, PageBytes as _, OFF_ID};
 use crate::types::PageId;
 
 /// Moves every page and overflow run of the tree at or past `limit`
@@ -138,7 +138,7 @@ fn move_run<S: PageWrite + ?Sized>(
             "relocation got a run past its limit",
         ));
     }
-    let mut copy = PageBuf::from_vec(old.bytes().to_vec());
+    let mut copy = page_from_slice(old.bytes());
     crate::format::codec::put_u64(copy.bytes_mut(), OFF_ID, new.0);
     drop(old);
     store.install(new, copy);

@@ -76,15 +76,11 @@ pub(super) fn open(
     if !read_only {
         make_durable(&*vfs, &*storage)?;
     }
-    let mut superblock_damaged = false;
-    let shared = match read_superblock(&*storage)? {
-        Found::Database(sb, damaged) => {
-            superblock_damaged = damaged;
-            open_existing(opts, storage, lock, sb)?
-        }
+    let (shared, superblock_damaged) = match read_superblock(&*storage)? {
+        Found::Database(sb, damaged) => (open_existing(opts, storage, lock, sb)?, damaged),
         Found::Nothing | Found::Unfinished if create => {
             refuse_orphan_wal(&*vfs, name)?;
-            create_new(opts, storage, lock)?
+            (create_new(opts, storage, lock)?, false)
         }
         Found::Nothing => {
             return Err(Error::NotADatabase(format!(

@@ -251,11 +251,6 @@ pub trait PageBytes {
         }
     }
 
-    /// Wraps bytes read from the file.
-    fn from_vec(data: Vec<u8>) -> PageOwned {
-        page_from_slice(&data)
-    }
-
     /// A fresh run with its header filled in.
     fn new_run(
         page_size: usize,

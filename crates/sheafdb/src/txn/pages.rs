@@ -16,7 +16,9 @@ use parking_lot::Mutex;
 
 use crate::btree::store::{PageRead, PageWrite};
 use crate::error::{Error, Result};
-use crate::format::page::{make_mut, PageBuf, PageBytes as _, PageHandle, PageOwned, PageRef};
+use crate::format::page::{
+    make_mut, page_from_slice, PageBuf, PageBytes as _, PageHandle, PageOwned, PageRef,
+};
 use crate::pager::alloc::CfAllocator;
 use crate::pager::space::PageSpace;
 use crate::types::{CfId, IdMap, PageId};
@@ -218,9 +220,7 @@ impl PageWrite for TxnPages {
         // private run first, and the commit's `install_dirty` replaces the
         // entry before the new version is published.
         // An empty placeholder until `install`; `sizes` keeps rollback exact.
-        let prev = self
-            .private
-            .insert(id, PageBuf::from_vec(Vec::new()).shareable());
+        let prev = self.private.insert(id, page_from_slice(&[]).shareable());
         assert!(
             prev.is_none(),
             "allocator handed out private page {id} twice"
