@@ -270,21 +270,16 @@ impl DbShared {
         let ps = self.space.pager.page_size() as u64;
         self.checkpoint_all()?;
         let (file, used) = self.usage();
-        let written = self.written_pages()?;
         let mut report = CompactReport {
-            bytes_before: written * ps,
+            bytes_before: self.on_disk_pages()? * ps,
             ..CompactReport::default()
         };
         // Where the file could end if packed, with a little room for the
         // system's own pages and the allocation granularity.
         let target = used + used / 1024 + 16;
         let step = (max_bytes / ps).max(1);
-        // Never past the bytes the file has: moving a page into claimed,
-        // never written space would lengthen it (the checkpoint above
-        // wrote every page in use, so none lies past them; then, if the
-        // file has fewer bytes than the target, nothing needs moving).
-        let limit = target.max(file.saturating_sub(step)).min(written);
-        if limit < file && limit >= target {
+        let limit = target.max(file.saturating_sub(step));
+        if limit < file {
             let cfs: Vec<Arc<CfShared>> = self.registry.cfs.read().values().cloned().collect();
             if file - target <= FINAL_PAGES {
                 self.pool_system_free(limit);
@@ -308,14 +303,14 @@ impl DbShared {
         }
         self.shrink_file(1)?;
         let (after, _) = self.usage();
-        report.bytes_after = self.written_pages()?.min(after) * ps;
+        report.bytes_after = self.on_disk_pages()?.min(after) * ps;
         report.done = after <= target || (report.pages_moved == 0 && after >= file);
         Ok((report, after.saturating_sub(target)))
     }
 
     /// The data file's length in pages (what it holds on disk; the
     /// extent map may claim more, not yet written).
-    fn written_pages(&self) -> Result<u64> {
+    fn on_disk_pages(&self) -> Result<u64> {
         let ps = self.space.pager.page_size() as u64;
         Ok(self.space.pager.storage().len()?.div_ceil(ps))
     }
@@ -458,7 +453,7 @@ impl DbShared {
         let (file, _) = self.usage();
         // The packed copies go below the bytes the file has, never into
         // claimed space past them: that would lengthen a small file.
-        let written = self.written_pages()?;
+        let written = self.on_disk_pages()?;
         let mut total = CompactReport {
             bytes_before: written * ps,
             ..CompactReport::default()
