@@ -104,6 +104,14 @@ enum Command {
         /// The database file.
         file: PathBuf,
     },
+    /// Open a database whose WAL is damaged in the middle (`check` and
+    /// every open report it as corruption), keeping the log up to the
+    /// damage; the commits after it are given up for good. Copy the files
+    /// first if they matter.
+    SalvageWal {
+        /// The database file.
+        file: PathBuf,
+    },
     /// Copy the database, consistently, to a new file while it stays in
     /// use.
     Backup {
@@ -196,6 +204,13 @@ fn open_failure(path: &Path, e: Error) -> Failure {
             let why = why.strip_prefix("not a sheafdb database: ").unwrap_or(why);
             Failure::new(format!("{shown}: not a sheafdb database ({why})"))
         }
+        Error::Corrupted { what, location } if what.contains("salvage_damaged_wal") => {
+            let what = format!("{what}; `sheaf salvage-wal {shown}` does that");
+            Failure::db(
+                format!("cannot open {shown}"),
+                Error::Corrupted { what, location },
+            )
+        }
         e => Failure::db(format!("cannot open {shown}"), e),
     }
 }
@@ -211,6 +226,16 @@ pub fn open_read_only(path: &Path) -> CliResult<Database> {
 pub fn open_read_write(path: &Path) -> CliResult<Database> {
     check_file(path)?;
     Database::open(path).map_err(|e| open_failure(path, e))
+}
+
+/// Opens an existing database for writing, keeping its WAL only up to
+/// damage in its middle (`Builder::salvage_damaged_wal`).
+pub fn open_salvaging(path: &Path) -> CliResult<Database> {
+    check_file(path)?;
+    Database::builder()
+        .salvage_damaged_wal(true)
+        .open(path)
+        .map_err(|e| open_failure(path, e))
 }
 
 /// Opens a database for writing, creating it if the file is missing.
@@ -281,6 +306,7 @@ fn run(cli: Cli) -> CliResult {
         }),
         Command::Compact { file } => maintenance::compact(&file),
         Command::Backup { file, dest } => maintenance::backup(&file, &dest),
+        Command::SalvageWal { file } => maintenance::salvage_wal(&file),
     }
 }
 

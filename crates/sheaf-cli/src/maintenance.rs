@@ -1,4 +1,5 @@
-//! `sheaf compact FILE` and `sheaf backup FILE DEST`.
+//! `sheaf compact FILE`, `sheaf backup FILE DEST` and `sheaf salvage-wal
+//! FILE`.
 //!
 //! Each subcommand calls into the library in exactly one small function
 //! ([`compact_db`]: `Database::compact`; [`backup_db`]:
@@ -11,7 +12,7 @@ use std::path::Path;
 use sheafdb::{Database, Error};
 
 use crate::info::thousands;
-use crate::{open_read_only, open_read_write, CliResult, Failure};
+use crate::{open_read_only, open_read_write, open_salvaging, CliResult, Failure};
 
 /// The failure of an operation this version of sheafdb lacks.
 fn unsupported(what: &str) -> Failure {
@@ -97,5 +98,18 @@ pub fn backup(path: &Path, dest: &Path) -> CliResult {
         thousands(entries),
         thousands(bytes)
     );
+    crate::dump::write_all(line.as_bytes())
+}
+
+/// `salvage-wal`: one open that keeps the WAL up to damage in its middle
+/// (the library checkpoints there, so later opens agree), then a close.
+pub fn salvage_wal(path: &Path) -> CliResult {
+    let db = open_salvaging(path)?;
+    let line = match db.wal_damage() {
+        Some(damage) => format!("{}: salvaged: {damage}\n", path.display()),
+        None => format!("{}: the WAL has no damage to salvage\n", path.display()),
+    };
+    db.close()
+        .map_err(|e| Failure::db(format!("closing {}", path.display()), e))?;
     crate::dump::write_all(line.as_bytes())
 }

@@ -376,6 +376,64 @@ fn info_reports_an_unclean_close_and_reads_the_log() {
     );
 }
 
+/// Runs `crash_child` on `path`: five durable commits, then an abort.
+fn crashed_database(path: &Path) {
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env("SHEAF_CLI_CRASH_DB", path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child did not crash");
+}
+
+/// Byte offsets of the frames in a WAL segment (format 3: 32-byte
+/// headers, the payload length at offset 4).
+fn frame_offsets(segment: &[u8]) -> Vec<usize> {
+    let mut at = 4096;
+    let mut out = Vec::new();
+    while at + 32 <= segment.len() && segment[at..at + 32].iter().any(|&b| b != 0) {
+        out.push(at);
+        let len = u32::from_le_bytes(segment[at + 4..at + 8].try_into().unwrap()) as usize;
+        at += 32 + len;
+    }
+    out
+}
+
+#[test]
+fn a_wal_damaged_in_the_middle_is_reported_then_salvaged() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.sheaf");
+    crashed_database(&path);
+    let wal_path = dir.path().join("damaged.sheaf-wal.0");
+    let mut wal = std::fs::read(&wal_path).unwrap();
+    let frames = frame_offsets(&wal);
+    assert!(frames.len() >= 5, "{frames:?}");
+    // The third commit from the end: two durable commits follow it.
+    let damaged = frames[frames.len() - 3];
+    wal[damaged + 32 + 2] ^= 0x20;
+    std::fs::write(&wal_path, &wal).unwrap();
+
+    fails(sheaf().arg("check").arg(&path), 1, "durable up to");
+    fails(sheaf().arg("dump").arg(&path), 1, "`sheaf salvage-wal ");
+    let out = stdout_of(sheaf().arg("salvage-wal").arg(&path));
+    assert!(
+        out.contains("salvaged:") && out.contains("were lost"),
+        "{out}"
+    );
+    sheaf().arg("check").arg(&path).assert().success();
+    let dump = stdout_of(sheaf().args(["dump", "--table", "users"]).arg(&path));
+    assert_eq!(
+        dump.lines().count(),
+        2,
+        "the commits before the damage: {dump}"
+    );
+    let out = stdout_of(sheaf().arg("salvage-wal").arg(&path));
+    assert!(out.contains("no damage to salvage"), "{out}");
+}
+
 #[test]
 fn check_passes_on_a_good_database_without_a_progress_bar_when_piped() {
     let _serial = serial();

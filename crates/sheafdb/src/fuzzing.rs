@@ -161,9 +161,10 @@ pub fn system_records(data: &[u8]) {
 
 /// WAL frames and commit records: `data` is split into payloads (each
 /// decoded as a commit record, which must re-encode to the same bytes'
-/// meaning), appended to a fresh WAL, which is then damaged at offsets the
-/// rest of `data` chooses and replayed; every replayed record must be one
-/// that was appended.
+/// meaning), appended to a fresh WAL (some synced on their own), which is
+/// then damaged at offsets the rest of `data` chooses and replayed; every
+/// replayed record must be one that was appended, and a refused open must
+/// be a `Corrupted` (damage proven by a later frame) or a WAL mismatch.
 pub fn wal(data: &[u8]) {
     let (payloads, damage) = split_payloads(data);
     for p in &payloads {
@@ -181,8 +182,13 @@ pub fn wal(data: &[u8]) {
             return;
         };
         for p in &payloads {
-            if wal.append(p).is_ok() {
+            if let Ok((_, end)) = wal.append(p) {
                 appended.push(p.clone());
+                // Some records are synced on their own, so later frames'
+                // synced marks vouch for them (the damage witness search).
+                if p.first().is_some_and(|b| b & 1 == 1) {
+                    let _ = wal.wait_durable(end);
+                }
             }
         }
         let _ = wal.sync();
@@ -201,10 +207,16 @@ pub fn wal(data: &[u8]) {
         vfs.set_file_bytes(&name, bytes);
     }
     let mut replayed = Vec::new();
-    let _ = crate::wal::open(vfs, "f", opts, crate::types::Lsn(0), &mut |_, p| {
+    let opened = crate::wal::open(vfs, "f", opts, crate::types::Lsn(0), &mut |_, p| {
         replayed.push(p.to_vec());
         Ok(())
     });
+    if let Err(e) = opened {
+        assert!(
+            e.is_corrupted() || matches!(e, crate::error::Error::WalMismatch(_)),
+            "replay of a damaged WAL failed with {e}"
+        );
+    }
     for p in &replayed {
         assert!(
             appended.contains(p),

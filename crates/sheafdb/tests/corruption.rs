@@ -122,11 +122,16 @@ fn truncated_files_give_errors_or_correct_data() {
     }
 }
 
-/// After a crash (no clean close), recovery replays the WAL. A flipped byte
-/// anywhere in the WAL must give an error or a committed prefix: replay
-/// stops before the damaged record and never applies part of one.
+/// After a crash (no clean close), recovery replays the WAL. A flipped
+/// byte anywhere in the WAL must give an error or the committed data:
+/// every commit here was acknowledged durable before the next began, so
+/// each frame's synced mark vouches for the frame before it and damage to
+/// any frame but the last is `Corrupted`, never a silent prefix (damage to
+/// the last one cannot be told from a torn tail: the commit before it).
+/// With `salvage_damaged_wal` the same images open as a committed prefix,
+/// and `wal_damage` says so exactly when the strict open refused.
 #[test]
-fn flipped_wal_bytes_give_a_committed_prefix() {
+fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
     let vfs = SimVfs::new();
     let db = open_sim(&vfs, "w.sheaf").unwrap();
     let mut rng = StdRng::seed_from_u64(21);
@@ -149,22 +154,61 @@ fn flipped_wal_bytes_give_a_committed_prefix() {
     // Where the records are: the non-zero prefix of the segment.
     let used = wal.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
     assert!(used > 4096, "expected records in the WAL");
+    let (last, before_last) = (&models[12], &models[11]);
+    let mut refused = 0;
     for i in 0..1500 {
-        let pos = rng.gen_range(0..used);
+        // Most flips in the records, some in the segment header.
+        let pos = match i % 10 {
+            0 => rng.gen_range(0..80),
+            _ => rng.gen_range(4096..used),
+        };
         let mut bytes = wal.clone();
         bytes[pos] ^= 1 << (i % 8);
         let v = restore(&files, &wal_name, bytes);
-        match open_sim(&v, "w.sheaf") {
+        let strict = match open_sim(&v, "w.sheaf") {
             Ok(db) => {
                 let state =
                     dump(&db).unwrap_or_else(|e| panic!("flip at WAL byte {pos}: read gave {e:?}"));
                 assert!(
-                    models.contains(&state),
-                    "flip at WAL byte {pos}: state is not a committed prefix"
+                    state == *last || state == *before_last,
+                    "flip at WAL byte {pos}: acknowledged commits were dropped silently"
                 );
                 db.check_integrity().unwrap();
+                true
             }
-            Err(e) => assert!(acceptable(&e), "flip at WAL byte {pos}: open gave {e:?}"),
+            Err(e) => {
+                assert!(acceptable(&e), "flip at WAL byte {pos}: open gave {e:?}");
+                refused += 1;
+                false
+            }
+        };
+        let salvaged = common::builder()
+            .salvage_damaged_wal(true)
+            .open_with_vfs(std::sync::Arc::new(v.clone()), "w.sheaf");
+        match salvaged {
+            Ok(db) => {
+                let state = dump(&db).unwrap();
+                assert!(models.contains(&state), "flip at WAL byte {pos}: salvage");
+                assert_eq!(
+                    db.wal_damage().is_some(),
+                    !strict,
+                    "flip at WAL byte {pos}: damage reported iff the strict open refused"
+                );
+                db.check_integrity().unwrap();
+                drop(db);
+                // The salvage is final: a plain open now gives the same.
+                let again = open_sim(&v, "w.sheaf").unwrap();
+                assert_eq!(
+                    dump(&again).unwrap(),
+                    state,
+                    "flip at WAL byte {pos}: reopen"
+                );
+            }
+            Err(e) => assert!(
+                !strict && acceptable(&e),
+                "flip at WAL byte {pos}: salvage gave {e:?}"
+            ),
         }
     }
+    assert!(refused > 100, "only {refused} flips were refused");
 }

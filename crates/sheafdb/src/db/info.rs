@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Database, DbShared};
-use crate::error::Result;
+use crate::error::{Location, Result};
 use crate::format::FORMAT_VERSION;
 use crate::table::TableStats;
 use crate::wal::FIRST_LSN;
@@ -127,5 +127,58 @@ impl Database {
             }
         }
         Ok(s)
+    }
+}
+
+/// Damage in the middle of the WAL that an open salvaged around
+/// ([`crate::Builder::salvage_damaged_wal`], [`crate::Database::wal_damage`]):
+/// the frame at `lost_from_lsn` was damaged after it had been synced (a
+/// later frame proves it), so the commits from there on were given up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalDamage {
+    /// LSN of the damaged frame: the first commit given up.
+    pub lost_from_lsn: u64,
+    /// Where the damaged frame is (segment file and byte offset).
+    pub at: Location,
+    /// What was wrong with it, e.g. `ChecksumMismatch`.
+    pub reason: String,
+    /// LSN of the later frame whose synced mark proves the damaged one
+    /// had been synced.
+    pub witness_lsn: u64,
+    /// Where that frame is.
+    pub witness_at: Location,
+    /// The log was durable up to this LSN when the witness was written:
+    /// the commits below it, from `lost_from_lsn` on, were acknowledged.
+    pub durable_to_lsn: u64,
+}
+
+impl WalDamage {
+    /// The public form of what replay found.
+    pub(crate) fn new(d: &crate::wal::LogDamage, at: Option<Location>) -> WalDamage {
+        WalDamage {
+            lost_from_lsn: d.stop_lsn.0,
+            at: at.unwrap_or_else(|| Location::Other("the WAL".into())),
+            reason: format!("{:?}", d.stop),
+            witness_lsn: d.witness_lsn.0,
+            witness_at: d.witness_at.clone(),
+            durable_to_lsn: d.synced.0,
+        }
+    }
+}
+
+impl std::fmt::Display for WalDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the WAL frame at LSN {} ({}) was damaged ({}), but the frame at LSN {} ({}) \
+             shows the log was durable up to LSN {}: the commits from LSN {} on were lost",
+            self.lost_from_lsn,
+            self.at,
+            self.reason,
+            self.witness_lsn,
+            self.witness_at,
+            self.durable_to_lsn,
+            self.lost_from_lsn
+        )
     }
 }

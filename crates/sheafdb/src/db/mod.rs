@@ -51,7 +51,7 @@ use registry::CfRegistry;
 pub use backup::{BackupProgress, BackupReport};
 pub use cf::{CfStats, ColumnFamily, MAX_CF_NAME};
 pub use compact::CompactReport;
-pub use info::{DatabaseStats, FileInfo};
+pub use info::{DatabaseStats, FileInfo, WalDamage};
 pub use integrity::IntegrityReport;
 pub use transaction::{
     MultiWriteTransaction, ReadTransaction, Savepoint, TableInfo, UntypedReadTable, UntypedTable,
@@ -99,6 +99,9 @@ pub(crate) struct Options {
     /// How long a background fold defers rounds that would grow the file
     /// while freed pages wait for snapshots.
     pub fold_patience: Duration,
+    /// Open a WAL damaged in the middle up to the damage
+    /// (`Builder::salvage_damaged_wal`).
+    pub salvage_damaged_wal: bool,
 }
 
 impl Default for Options {
@@ -120,6 +123,7 @@ impl Default for Options {
             fold_round_pages: None,
             txn_spill_bytes: crate::txn::SPILL_BYTES,
             fold_patience: Duration::from_secs(3),
+            salvage_damaged_wal: false,
         }
     }
 }
@@ -143,6 +147,9 @@ pub(crate) struct DbShared {
     pub options: Options,
     /// WAL records applied by recovery when this database was opened.
     pub replayed_records: AtomicU64,
+    /// Damage in the middle of the WAL this open salvaged around
+    /// (`Builder::salvage_damaged_wal`): the commits from it on are lost.
+    pub wal_damage: OnceLock<WalDamage>,
     threads: Mutex<Threads>,
     /// Released when the last handle (database, CF handle, transaction)
     /// is gone, so no other instance can open the file while an old
@@ -465,6 +472,21 @@ impl Builder {
         self
     }
 
+    /// What an open does when a WAL frame in the middle of the log is
+    /// damaged: replay must stop there, and a later frame proves the log
+    /// went on durably past it (so acknowledged commits would be lost; a
+    /// torn tail after a crash never looks like this). By default
+    /// (`false`) the open fails with `Error::Corrupted` naming the frame
+    /// and changes nothing, so the files can be copied or repaired first.
+    /// With `true` the open goes on with the log up to the damage: the
+    /// commits after it are given up, `Database::wal_damage` says where,
+    /// and a read-write open makes that final (it checkpoints, and the log
+    /// continues past every damaged segment).
+    pub fn salvage_damaged_wal(mut self, on: bool) -> Self {
+        self.options.salvage_damaged_wal = on;
+        self
+    }
+
     /// Opens the database at `path`, creating it if missing.
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database> {
         let (vfs, name) = split_path(path.as_ref())?;
@@ -615,6 +637,13 @@ impl Database {
     /// a clean close).
     pub fn replayed_records(&self) -> u64 {
         self.shared.replayed_records.load(Ordering::Relaxed)
+    }
+
+    /// The damage this open salvaged the WAL around
+    /// ([`Builder::salvage_damaged_wal`]), if any: the commits from
+    /// `lost_from_lsn` on were lost.
+    pub fn wal_damage(&self) -> Option<&WalDamage> {
+        self.shared.wal_damage.get()
     }
 
     /// Bytes committed but not yet written by a checkpoint.

@@ -14,7 +14,7 @@ use super::checkpointer::{CheckpointState, SysState, Triggers};
 use super::health::Health;
 use super::recover::Replayer;
 use super::registry::CfRegistry;
-use super::{Builder, Database, DbShared, Threads, SYS_EXTENT_POLICY};
+use super::{Builder, Database, DbShared, Threads, WalDamage, SYS_EXTENT_POLICY};
 use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Location, Result};
 use crate::format::page::{PageBytes as _, PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
@@ -133,6 +133,7 @@ fn open_wal(
     let from = shared.ckpt.sys.lock().replay_lsn.max(FIRST_LSN);
     let mut opts = wal_options_for(shared);
     opts.superblock_damaged = superblock_damaged;
+    opts.salvage = shared.options.salvage_damaged_wal;
     let mut replayer = Replayer::new(shared.clone());
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
         replayer.apply(lsn, payload)
@@ -142,7 +143,15 @@ fn open_wal(
     }
     // Ordering rule O1 (reader side): no new record may get an LSN that a
     // recorded checkpoint already covers, or replay would skip it.
-    let floor = checkpoint_floor(shared);
+    let mut floor = checkpoint_floor(shared);
+    if let Some(damage) = &summary.damage {
+        // Salvaged: the new log starts past every damaged use, so none of
+        // their frames can vouch for its records at a later open; the
+        // checkpoint below makes the prefix the base (rule O10).
+        floor = floor.max(damage.log_limit);
+        let public = WalDamage::new(damage, summary.stopped_at.clone());
+        shared.wal_damage.set(public).expect("one open, one replay");
+    }
     let skipped = wal.skip_to(floor);
     shared.wal.set(Arc::new(wal)).expect("WAL opened once");
     shared
@@ -342,6 +351,7 @@ fn new_shared(
         wal: OnceLock::new(),
         options: opts.options.clone(),
         replayed_records: AtomicU64::new(0),
+        wal_damage: OnceLock::new(),
         threads: parking_lot::Mutex::new(Threads::default()),
         _lock: lock,
     }))

@@ -19,7 +19,7 @@
 //!
 //! Must not know: payload contents, files, group commit.
 
-use super::frame::{encode_header, PayloadCrc, FRAME_HEADER_BYTES};
+use super::frame::{encode_header, FrameFormat, FramePlace, PayloadCrc, FRAME_HEADER_BYTES};
 use super::segment::{fresh_salt, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES, MAX_SLOTS};
 use crate::types::Lsn;
 
@@ -226,8 +226,13 @@ impl Layout {
     /// Places one frame; returns `(lsn, end)`. The frame must fit in an
     /// empty segment (checked by the caller against `max_record_bytes`).
     /// Fails only if a new segment is needed and every slot number is taken
-    /// by a use not yet released.
-    pub fn push(&mut self, frame: PreparedFrame<'_>) -> Result<(Lsn, Lsn), SlotsExhausted> {
+    /// by a use not yet released. `synced` is the log's durable end now:
+    /// the frame records it (its synced mark, `frame.rs`).
+    pub fn push(
+        &mut self,
+        frame: PreparedFrame<'_>,
+        synced: Lsn,
+    ) -> Result<(Lsn, Lsn), SlotsExhausted> {
         let frame_bytes = frame.frame_bytes();
         debug_assert!(frame_bytes <= self.sizes.max_bytes - HEADER_BLOCK_BYTES);
         if !self.fits(frame_bytes) {
@@ -239,12 +244,21 @@ impl Layout {
         let end = Lsn(lsn.0 + frame_bytes);
         debug_assert!(end <= open.limit);
         let payload_len = frame.payload_len() as u32;
+        debug_assert!(
+            synced <= lsn,
+            "O10: the synced end {synced:?} is past {lsn:?}"
+        );
+        let place = FramePlace {
+            lsn,
+            salt: open.salt,
+            synced,
+        };
         let run = self.run_for(open, lsn);
         match frame {
             PreparedFrame::Inline { payload } => {
                 let mut header = [0u8; FRAME_HEADER_BYTES];
                 let crc = PayloadCrc::Hash(payload);
-                encode_header(&mut header, lsn, open.salt, payload_len, crc);
+                encode_header(&mut header, place, payload_len, crc);
                 let buf = run.shared_tail();
                 buf.extend_from_slice(&header);
                 buf.extend_from_slice(payload);
@@ -263,7 +277,7 @@ impl Layout {
                 };
                 let header: &mut [u8; FRAME_HEADER_BYTES] =
                     header.try_into().expect("frame has a header");
-                encode_header(header, lsn, open.salt, payload_len, crc);
+                encode_header(header, place, payload_len, crc);
                 run.bufs.push(frame);
                 run.tail_shared = false;
             }
@@ -377,6 +391,7 @@ impl Layout {
             segment_bytes: bytes,
             db_id: self.db_id,
             generation: self.generation,
+            frames: FrameFormat::V3,
         };
         let meta = &mut self.slots[slot];
         if meta.exists {
@@ -579,10 +594,10 @@ mod tests {
     #[test]
     fn frames_are_contiguous_and_switch_when_full() {
         let mut l = fresh();
-        let payload = vec![7u8; 1000];
+        let payload = vec![7u8; 1024 - FRAME_HEADER_BYTES];
         let mut ends = Vec::new();
         for _ in 0..20 {
-            let (lsn, end) = l.push(PreparedFrame::new(&payload)).unwrap();
+            let (lsn, end) = l.push(PreparedFrame::new(&payload), Lsn(0)).unwrap();
             assert_eq!(lsn, ends.last().copied().unwrap_or(FIRST_LSN));
             ends.push(end);
         }
@@ -603,21 +618,21 @@ mod tests {
         let mut l = fresh();
         let payload = vec![1u8; 4000];
         for _ in 0..6 {
-            l.push(PreparedFrame::new(&payload)).unwrap(); // two per use
+            l.push(PreparedFrame::new(&payload), Lsn(0)).unwrap(); // two per use
         }
         assert_eq!(l.slot_files(), 3);
         l.take_pending();
         // Release the first use only: the next switch reuses slot 0.
         l.release_before(Lsn(FIRST_LSN.0 + 8192));
-        l.push(PreparedFrame::new(&payload)).unwrap();
+        l.push(PreparedFrame::new(&payload), Lsn(0)).unwrap();
         let b = begins(&l.take_pending());
         assert_eq!(b.len(), 1);
         assert_eq!((b[0].0, b[0].2), (0, false));
         assert_eq!(l.switches.recycled, 1);
         assert_eq!(l.slot_files(), 3);
         // Nothing else released: the next switch creates slot 3.
-        l.push(PreparedFrame::new(&payload)).unwrap();
-        l.push(PreparedFrame::new(&payload)).unwrap();
+        l.push(PreparedFrame::new(&payload), Lsn(0)).unwrap();
+        l.push(PreparedFrame::new(&payload), Lsn(0)).unwrap();
         let b = begins(&l.take_pending());
         assert_eq!(b[0].0, 3);
         assert_eq!(l.switches.created, 4);
@@ -630,16 +645,19 @@ mod tests {
         l.max_slots = 50;
         let full = vec![0u8; (SEG - HEADER_BLOCK_BYTES) as usize - FRAME_HEADER_BYTES];
         for _ in 0..50 {
-            l.push(PreparedFrame::new(&full)).unwrap();
+            l.push(PreparedFrame::new(&full), Lsn(0)).unwrap();
             l.take_pending();
         }
         let next = l.next_lsn;
-        assert_eq!(l.push(PreparedFrame::new(b"x")), Err(SlotsExhausted));
+        assert_eq!(
+            l.push(PreparedFrame::new(b"x"), Lsn(0)),
+            Err(SlotsExhausted)
+        );
         assert_eq!(l.next_lsn, next);
         assert!(l.take_pending().is_empty());
         // Releasing makes room again.
         l.release_before(Lsn(FIRST_LSN.0 + 8192));
-        assert!(l.push(PreparedFrame::new(b"x")).is_ok());
+        assert!(l.push(PreparedFrame::new(b"x"), Lsn(0)).is_ok());
         assert_eq!(l.slot_files(), 50);
     }
 
@@ -661,9 +679,9 @@ mod tests {
                 generation: 0,
             },
         );
-        l2.push(PreparedFrame::new(b"a")).unwrap();
-        l2.push(PreparedFrame::new(&big)).unwrap();
-        let (_, end) = l2.push(PreparedFrame::new(b"b")).unwrap();
+        l2.push(PreparedFrame::new(b"a"), Lsn(0)).unwrap();
+        l2.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
+        let (_, end) = l2.push(PreparedFrame::new(b"b"), Lsn(0)).unwrap();
         let steps = l2.take_pending();
         let Step::Frames(run) = &steps[1] else {
             panic!("expected frames")
@@ -687,7 +705,7 @@ mod tests {
         let mut l = empty(sizes);
         let payload = vec![5u8; 6000];
         for _ in 0..40 {
-            l.push(PreparedFrame::new(&payload)).unwrap();
+            l.push(PreparedFrame::new(&payload), Lsn(0)).unwrap();
         }
         let b = begins(&l.take_pending());
         let made: Vec<u64> = b.iter().map(|(_, h, _)| h.segment_bytes).collect();
@@ -699,7 +717,7 @@ mod tests {
         assert!(made.len() >= 4, "{made:?}");
         // A frame larger than the next size gets a file that holds it.
         let big = vec![1u8; 40 * 4096];
-        l.push(PreparedFrame::new(&big)).unwrap();
+        l.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
         let b = begins(&l.take_pending());
         assert!(
             b[0].1.segment_bytes >= 41 * 4096,
@@ -728,8 +746,8 @@ mod tests {
             "only the open use's file remains ({gone_all:?})"
         );
         // A new use after the give-back reuses or recreates slot numbers.
-        l.push(PreparedFrame::new(&big)).unwrap();
-        l.push(PreparedFrame::new(&big)).unwrap();
+        l.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
+        l.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
         assert!(l.slot_files() >= 2);
     }
 
@@ -744,12 +762,12 @@ mod tests {
         };
         let mut l = empty(sizes);
         let big = vec![3u8; 20 * 4096];
-        l.push(PreparedFrame::new(&big)).unwrap();
+        l.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
         let first = begins(&l.take_pending());
         assert!(first[0].1.segment_bytes > sizes.min_bytes);
         // Not released yet, or frames still pending: the open use stays.
         assert!(!l.retire_open(false));
-        l.push(PreparedFrame::new(&[1u8; 10])).unwrap();
+        l.push(PreparedFrame::new(&[1u8; 10]), Lsn(0)).unwrap();
         l.release_before(l.next_lsn);
         assert!(
             !l.retire_open(false),
@@ -763,7 +781,7 @@ mod tests {
         assert_eq!(l.slot_files(), 0);
         // The next record: a first-size file, a use starting at the end
         // and naming the retired use's salt.
-        l.push(PreparedFrame::new(&[2u8; 10])).unwrap();
+        l.push(PreparedFrame::new(&[2u8; 10]), Lsn(0)).unwrap();
         let next = begins(&l.take_pending());
         let h = next[0].1;
         assert_eq!(h.segment_bytes, sizes.min_bytes);

@@ -77,7 +77,7 @@ use parking_lot::{Condvar, MutexGuard};
 use crate::lock_rank::{ranks, RankedMutex};
 
 pub use frame::FRAME_HEADER_BYTES;
-pub use replay::ReplaySummary;
+pub use replay::{LogDamage, ReplaySummary};
 pub use segment::{FIRST_LSN, HEADER_BLOCK_BYTES, MIN_SEGMENT_BYTES};
 
 /// True if `file` is a WAL segment file of the database file `db_name`.
@@ -124,6 +124,10 @@ pub struct WalOptions {
     /// the newest superblock was damaged (`Corrupted`), not that the data
     /// file is an older copy.
     pub superblock_damaged: bool,
+    /// When replay proves records past a damaged frame were durable
+    /// (`ReplaySummary::damage`), open the log up to the damage instead of
+    /// failing with `Corrupted`: the records after it are given up.
+    pub salvage: bool,
 }
 
 impl WalOptions {
@@ -139,6 +143,7 @@ impl WalOptions {
             generation: 0,
             read_only: false,
             superblock_damaged: false,
+            salvage: false,
         }
     }
 
@@ -264,7 +269,7 @@ pub fn open(
     opts.validate()?;
     let scanned = replay::scan_segments(&*vfs, name, opts.read_only)?;
     replay::check_identity(&scanned, name, &opts)?;
-    let recovered = replay::replay(&scanned, name, from, apply)?;
+    let recovered = replay::replay(&scanned, name, from, opts.salvage, apply)?;
     let resume = resume_after(&scanned, &recovered, &opts, from);
     let next_lsn = resume.next_lsn;
     let mut files: Vec<Option<Arc<dyn Storage>>> = vec![None; resume.slots.len()];
@@ -376,7 +381,8 @@ impl Wal {
             return Err(Error::Poisoned(cause.clone()));
         }
         let before = st.layout.next_lsn;
-        let (lsn, end) = st.layout.push(frame).map_err(|_| {
+        let synced = st.synced_lsn;
+        let (lsn, end) = st.layout.push(frame, synced).map_err(|_| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::StorageFull,
                 format!(

@@ -31,7 +31,7 @@
 
 use std::sync::Arc;
 
-use super::frame::{FrameHeader, StopReason, FRAME_HEADER_BYTES};
+use super::frame::{FrameFormat, FrameHeader, StopReason, MAX_FRAME_HEADER_BYTES, SALT_OFFSET};
 use super::segment::{
     parse_segment_name, segment_name, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES,
 };
@@ -39,10 +39,13 @@ use super::WalOptions;
 use crate::error::{Error, Location, Result};
 use crate::format::codec::slice_at;
 use crate::storage::{OpenMode, Storage, Vfs};
-use crate::types::Lsn;
+use crate::types::{Lsn, COUNTER_LIMIT};
 
 /// Size of each read while replaying.
 const READ_CHUNK_BYTES: usize = 4 << 20;
+/// Size of each read while looking at later uses for evidence of damage
+/// (usually one frame is read from each).
+const PROBE_CHUNK_BYTES: usize = 64 << 10;
 
 /// One segment file found at open.
 #[derive(Debug)]
@@ -52,6 +55,8 @@ pub(crate) struct ScannedSlot {
     pub len_bytes: u64,
     /// `None`: the header is invalid, so the file holds no use.
     pub header: Option<SegmentHeader>,
+    /// A whole header of a format version this build cannot read.
+    pub unreadable_version: Option<u32>,
 }
 
 /// What replay found, returned by [`crate::wal::open`].
@@ -75,6 +80,30 @@ pub struct ReplaySummary {
     /// Uses that followed the stopping point but did not continue the log
     /// (their records are not part of it and their segments are free).
     pub uses_abandoned: usize,
+    /// Set when replay stopped at a damaged frame that a later frame proves
+    /// was durable (only with `WalOptions::salvage`; otherwise that is a
+    /// `Corrupted` error).
+    pub damage: Option<LogDamage>,
+}
+
+/// Proof that the log went on, durably, past where replay stopped: the
+/// records from `stop_lsn` on were acknowledged and are lost to damage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogDamage {
+    /// Where replay stopped (the damaged frame).
+    pub stop_lsn: Lsn,
+    /// Why the frame there was refused.
+    pub stop: StopReason,
+    /// The valid frame whose synced mark proves it: its LSN and place.
+    pub witness_lsn: Lsn,
+    /// The file and offset of that frame.
+    pub witness_at: Location,
+    /// Its synced mark: the log was durable below this LSN.
+    pub synced: Lsn,
+    /// An LSN past every record the damaged log's uses may hold: a salvaged
+    /// log must continue at or after it, so that no frame left in those
+    /// uses can vouch for the new log's records.
+    pub log_limit: Lsn,
 }
 
 /// The replay result plus what the writer needs to continue the log.
@@ -130,6 +159,7 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize, read_only: bool) -> Resul
         file,
         len_bytes,
         header: SegmentHeader::decode(&block),
+        unreadable_version: SegmentHeader::unreadable_version(&block),
     })
 }
 
@@ -145,6 +175,13 @@ pub(crate) fn check_identity(
 ) -> Result<()> {
     let (db_id, generation) = (opts.db_id, opts.generation);
     for s in slots {
+        if let Some(version) = s.unreadable_version {
+            return Err(Error::WalMismatch(format!(
+                "{} is in WAL format version {version}, which this build does not read \
+                 (it reads versions 2 and 3): it was written by a newer build",
+                segment_name(db_name, s.slot)
+            )));
+        }
         let Some(h) = s.header else { continue };
         let file = segment_name(db_name, s.slot);
         if h.db_id != db_id {
@@ -187,10 +224,18 @@ pub(crate) fn check_identity(
 /// (every use it holds starts after `from`): then the data file needs
 /// records that are gone, and applying later ones would build a state that
 /// never existed.
+///
+/// Where the walk stops on a frame that may be damaged in place, replay
+/// looks for a *witness* (see [`find_witness`]): a valid later frame whose
+/// synced mark is past both the stop and `from`. One proves that the
+/// records from the stop on were durable, so they are lost to damage, not
+/// a torn write: `Corrupted`, or with `salvage` the prefix and
+/// [`ReplaySummary::damage`].
 pub(crate) fn replay(
     slots: &[ScannedSlot],
     db_name: &str,
     from: Lsn,
+    salvage: bool,
     apply: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>,
 ) -> Result<Recovered> {
     let max_seq = slots
@@ -208,12 +253,22 @@ pub(crate) fn replay(
             stopped_at: None,
             uses_replayed: 0,
             uses_abandoned: 0,
+            damage: None,
         },
         kept: Vec::new(),
         last_salt: None,
         max_seq,
     };
     let Some(mut cur) = starting_use(slots, db_name, from)? else {
+        // No use at all; frames of uses whose header was damaged may still
+        // prove that records past `from` were durable.
+        let stop = (rec.summary.end_lsn, rec.summary.stop);
+        if let Some(damage) = find_witness(slots, db_name, None, stop, from, Vec::new())? {
+            if !salvage {
+                return Err(damage_error(&damage, &rec.summary));
+            }
+            rec.summary.damage = Some(damage);
+        }
         return Ok(rec);
     };
     // One read buffer for every use: a fresh one per use would fault in
@@ -236,6 +291,13 @@ pub(crate) fn replay(
                     .iter()
                     .filter(|s| s.header.is_some_and(|h| h.seq > header.seq))
                     .count();
+                let stop = (end, rec.summary.stop);
+                if let Some(damage) = find_witness(slots, db_name, Some(cur), stop, from, buf)? {
+                    if !salvage {
+                        return Err(damage_error(&damage, &rec.summary));
+                    }
+                    rec.summary.damage = Some(damage);
+                }
                 return Ok(rec);
             }
         }
@@ -326,7 +388,11 @@ fn replay_use(
     let mut lsn = header.start_lsn;
     let stop = loop {
         match next_frame(reader, &header, lsn)? {
-            Ok((frame_bytes, payload)) => {
+            Ok(Frame {
+                bytes: frame_bytes,
+                payload,
+                ..
+            }) => {
                 if lsn >= from {
                     apply(lsn, payload)?;
                     summary.records_replayed += 1;
@@ -351,43 +417,345 @@ fn replay_use(
     Ok(lsn)
 }
 
+/// Looks for proof that the log went on durably past `stop` (the LSN
+/// where the walk of use `last` stopped, and why): a valid frame whose
+/// synced mark is past both the stop and `from`. Such a frame was appended
+/// after a sync that covered the stopped position, so the frame there was
+/// durable and is damaged, and records at or after `from` (which the data
+/// file needs) followed it. Frames past an unfinished write never carry
+/// such a mark (design.md §7, "Damage in the middle of the log").
+///
+/// Looks, cheapest first, at:
+/// 1. the frame the stopped header's length field names, if the stop may
+///    be damage in place ([`StopReason::may_be_damage`], or a stale salt
+///    at the right position);
+/// 2. every valid frame of the uses begun after `last` that continue some
+///    chain (`prev_salt` set: a new chain begins only where a checkpoint
+///    covers what came before), walked from their start;
+/// 3. for a stop that may be damage in place, the rest of `last`, searched
+///    for frames carrying its salt (a damaged length hides where the next
+///    frame starts).
+fn find_witness(
+    slots: &[ScannedSlot],
+    db_name: &str,
+    last: Option<usize>,
+    (stop_lsn, stop): (Lsn, StopReason),
+    from: Lsn,
+    buf: Vec<u8>,
+) -> Result<Option<LogDamage>> {
+    let threshold = stop_lsn.max(from);
+    let headerless = headerless_uses(slots)?;
+    let damage = |w: Witness, in_slot: usize, h: &SegmentHeader| {
+        // A witness lies after the stop and vouches past it (and `from`).
+        debug_assert!(w.lsn > stop_lsn, "a witness before the stop");
+        debug_assert!(w.synced > threshold && w.synced <= w.lsn);
+        let limit = log_limit(slots, &headerless);
+        debug_assert!(limit > w.lsn, "the log limit is below a frame");
+        LogDamage {
+            stop_lsn,
+            stop,
+            witness_lsn: w.lsn,
+            witness_at: Location::File {
+                name: segment_name(db_name, in_slot),
+                offset: file_offset(h, w.lsn),
+            },
+            synced: w.synced,
+            log_limit: limit,
+        }
+    };
+    if let Some(last) = last {
+        let header = header_of(slots, last);
+        let slot = slot_at(slots, last);
+        let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes), buf);
+        let in_place = stop.may_be_damage()
+            || (stop == StopReason::StaleSalt && names_position(&mut reader, &header, stop_lsn)?);
+        if in_place {
+            if let Some(next) = next_by_length(&mut reader, &header, stop_lsn)? {
+                if let Some(w) = walk_for_witness(&mut reader, &header, next, threshold)?.0 {
+                    return Ok(Some(damage(w, slot.slot, &header)));
+                }
+            }
+        }
+        for (i, later) in later_uses(slots, &header) {
+            let s = slot_at(slots, i);
+            if let Some(w) = probe_use(s, &later, threshold)? {
+                return Ok(Some(damage(w, s.slot, &later)));
+            }
+        }
+        if in_place && header.frames == FrameFormat::V3 {
+            if let Some(w) = scan_for_witness(&mut reader, &header, stop_lsn, threshold)? {
+                return Ok(Some(damage(w, slot.slot, &header)));
+            }
+        }
+    }
+    for (i, pseudo) in &headerless {
+        let s = slot_at(slots, *i);
+        if let Some(w) = probe_use(s, pseudo, threshold)? {
+            return Ok(Some(damage(w, s.slot, pseudo)));
+        }
+    }
+    Ok(None)
+}
+
+/// A valid frame whose synced mark is past a stop.
+#[derive(Debug, Clone, Copy)]
+struct Witness {
+    lsn: Lsn,
+    synced: Lsn,
+}
+
+/// Walks the frames of a use other than the one replay stopped in.
+fn probe_use(s: &ScannedSlot, h: &SegmentHeader, threshold: Lsn) -> Result<Option<Witness>> {
+    let end = s.len_bytes.min(h.segment_bytes);
+    let mut r = UseReader::with_chunk(&*s.file, end, Vec::new(), PROBE_CHUNK_BYTES);
+    Ok(walk_for_witness(&mut r, h, h.start_lsn, threshold)?.0)
+}
+
+/// The valid uses begun after `last` that continue a chain, by sequence.
+fn later_uses(slots: &[ScannedSlot], last: &SegmentHeader) -> Vec<(usize, SegmentHeader)> {
+    let mut later: Vec<(usize, SegmentHeader)> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.header.map(|h| (i, h)))
+        .filter(|(_, h)| h.seq > last.seq && h.prev_salt != 0 && h.frames == FrameFormat::V3)
+        .collect();
+    later.sort_by_key(|(_, h)| h.seq);
+    later
+}
+
+/// Segment files whose header block is damaged (or was never written) but
+/// whose first frame, at the start of the data area, is whole: a header
+/// rebuilt from that frame (its salt and LSN) for each, so its frames can
+/// be walked as evidence. A frame's crc covers its salt and LSN, so a
+/// frame that checks is one the log wrote.
+fn headerless_uses(slots: &[ScannedSlot]) -> Result<Vec<(usize, SegmentHeader)>> {
+    let mut out = Vec::new();
+    let header_bytes = FrameFormat::V3.header_bytes();
+    for (i, s) in slots.iter().enumerate() {
+        let segment_bytes = s.len_bytes - s.len_bytes % HEADER_BLOCK_BYTES;
+        if s.header.is_some() || s.unreadable_version.is_some() {
+            continue;
+        }
+        if !super::segment::is_valid_segment_bytes(segment_bytes) {
+            continue;
+        }
+        let mut raw = [0u8; MAX_FRAME_HEADER_BYTES];
+        let Some(raw) = raw.get_mut(..header_bytes) else {
+            continue;
+        };
+        s.file.read_at(HEADER_BLOCK_BYTES, raw)?;
+        let frame = FrameHeader::parse(raw, FrameFormat::V3);
+        let plausible = frame.lsn >= FIRST_LSN
+            && frame.salt != 0
+            && frame
+                .lsn
+                .0
+                .checked_add(segment_bytes)
+                .is_some_and(|end| end <= COUNTER_LIMIT);
+        if plausible {
+            debug_assert!(segment_bytes <= s.len_bytes);
+            let pseudo = SegmentHeader {
+                seq: 0,
+                salt: frame.salt,
+                prev_salt: 0,
+                start_lsn: frame.lsn,
+                segment_bytes,
+                db_id: 0,
+                generation: 0,
+                frames: FrameFormat::V3,
+            };
+            out.push((i, pseudo));
+        }
+    }
+    Ok(out)
+}
+
+/// An LSN past every frame any use (or header-less segment) may hold.
+fn log_limit(slots: &[ScannedSlot], headerless: &[(usize, SegmentHeader)]) -> Lsn {
+    slots
+        .iter()
+        .filter_map(|s| s.header)
+        .chain(headerless.iter().map(|(_, h)| *h))
+        .map(|h| h.limit_lsn())
+        .fold(FIRST_LSN, Lsn::max)
+}
+
+/// Walks the valid frames of `header`'s use from `lsn`; returns the first
+/// whose synced mark is past `threshold`, and where the walk ended.
+fn walk_for_witness(
+    reader: &mut UseReader<'_>,
+    header: &SegmentHeader,
+    mut lsn: Lsn,
+    threshold: Lsn,
+) -> Result<(Option<Witness>, Lsn)> {
+    while let Ok(frame) = next_frame(reader, header, lsn)? {
+        debug_assert!(frame.synced <= lsn, "a valid frame vouches past itself");
+        if frame.synced > threshold {
+            let w = Witness {
+                lsn,
+                synced: frame.synced,
+            };
+            return Ok((Some(w), lsn));
+        }
+        lsn = Lsn(lsn.0 + frame.bytes);
+    }
+    Ok((None, lsn))
+}
+
+/// The raw header bytes at `lsn` (`None` past the readable end).
+fn raw_header_at(
+    reader: &mut UseReader<'_>,
+    header: &SegmentHeader,
+    lsn: Lsn,
+) -> Result<Option<FrameHeader>> {
+    let n = header.frames.header_bytes();
+    if header.limit_lsn().0 - lsn.0 < n as u64 {
+        return Ok(None);
+    }
+    let raw = reader.bytes(file_offset(header, lsn), n)?;
+    Ok(raw.map(|raw| FrameHeader::parse(raw, header.frames)))
+}
+
+/// True if the header at `lsn` names `lsn` as its position (a frame of
+/// this place whose salt was damaged, not a stale frame of an earlier use,
+/// whose LSNs are all lower).
+fn names_position(reader: &mut UseReader<'_>, header: &SegmentHeader, lsn: Lsn) -> Result<bool> {
+    Ok(raw_header_at(reader, header, lsn)?.is_some_and(|h| h.lsn == lsn))
+}
+
+/// Where the next frame would start if the length field of the header at
+/// `lsn` is right (`None` if that is past the use).
+fn next_by_length(
+    reader: &mut UseReader<'_>,
+    header: &SegmentHeader,
+    lsn: Lsn,
+) -> Result<Option<Lsn>> {
+    let Some(h) = raw_header_at(reader, header, lsn)? else {
+        return Ok(None);
+    };
+    let next = lsn.0 + header.frames.header_bytes() as u64 + u64::from(h.len);
+    Ok((next < header.limit_lsn().0).then_some(Lsn(next)))
+}
+
+/// Searches the rest of `header`'s use after `stop` for frames carrying
+/// its salt (a frame is found even where no length leads to it), walking
+/// on from each valid one; returns the first witness past `threshold`.
+/// Reads at most the rest of the use, once, in [`READ_CHUNK_BYTES`] windows.
+fn scan_for_witness(
+    reader: &mut UseReader<'_>,
+    header: &SegmentHeader,
+    stop: Lsn,
+    threshold: Lsn,
+) -> Result<Option<Witness>> {
+    let salt = header.salt.to_le_bytes();
+    let finder = memchr::memmem::Finder::new(&salt);
+    let header_bytes = header.frames.header_bytes() as u64;
+    let Some(last_start) = header.limit_lsn().0.checked_sub(header_bytes) else {
+        return Ok(None);
+    };
+    // Candidate frame positions are `cand`; a window holds the bytes where
+    // their salts would be, so candidate `cand + i` has its salt at `i`.
+    let mut cand = stop.0 + 1;
+    while cand <= last_start {
+        let at = file_offset(header, Lsn(cand)) + SALT_OFFSET as u64;
+        let salts_end = file_offset(header, Lsn(last_start)) + SALT_OFFSET as u64 + 8;
+        let want = (salts_end - at)
+            .min(READ_CHUNK_BYTES as u64)
+            .min(reader.end_offset.saturating_sub(at));
+        if want < salt.len() as u64 {
+            break;
+        }
+        let Some(window) = reader.bytes(at, want as usize)? else {
+            break;
+        };
+        let Some(i) = finder.find(window) else {
+            // Every candidate whose salt lies wholly in the window failed.
+            cand += want - (salt.len() as u64 - 1);
+            continue;
+        };
+        let found = Lsn(cand + i as u64);
+        debug_assert!(
+            found > stop && found.0 <= last_start,
+            "a candidate outside the scan"
+        );
+        let (witness, end) = walk_for_witness(reader, header, found, threshold)?;
+        debug_assert!(end >= found, "a walk ended before it began");
+        if witness.is_some() {
+            return Ok(witness);
+        }
+        cand = end.0.max(found.0 + 1);
+    }
+    Ok(None)
+}
+
+/// The `Corrupted` error for damage replay proved.
+fn damage_error(d: &LogDamage, summary: &ReplaySummary) -> Error {
+    let at = (summary.stopped_at.clone()).unwrap_or(Location::Other("the WAL".into()));
+    Error::Corrupted {
+        what: format!(
+            "WAL frame at LSN {} is damaged ({:?}), but the frame at LSN {} ({}) records \
+             that the log was durable up to LSN {}: the commits from LSN {} on were \
+             acknowledged and cannot be replayed; nothing was changed (the \
+             `salvage_damaged_wal` option opens the log up to the damage, losing them)",
+            d.stop_lsn.0, d.stop, d.witness_lsn.0, d.witness_at, d.synced.0, d.stop_lsn.0
+        ),
+        location: at,
+    }
+}
+
 fn file_offset(header: &SegmentHeader, lsn: Lsn) -> u64 {
     debug_assert!(lsn >= header.start_lsn, "an LSN before its use");
     HEADER_BLOCK_BYTES + (lsn.0 - header.start_lsn.0)
 }
 
-/// The frame at `lsn`: `Ok(Ok((frame_bytes, payload)))` if valid,
-/// `Ok(Err(reason))` if replay must stop there, `Err` on an I/O error.
-#[allow(clippy::type_complexity)]
+/// A valid frame replay read.
+struct Frame<'r> {
+    /// Header and payload bytes (the LSN span of the frame).
+    bytes: u64,
+    /// Its synced mark (`Lsn(0)` in format 2).
+    synced: Lsn,
+    payload: &'r [u8],
+}
+
+/// The frame at `lsn`: `Ok(Ok(frame))` if valid, `Ok(Err(reason))` if
+/// replay must stop there, `Err` on an I/O error.
 fn next_frame<'r>(
     reader: &'r mut UseReader<'_>,
     header: &SegmentHeader,
     lsn: Lsn,
-) -> Result<Result<(u64, &'r [u8]), StopReason>> {
+) -> Result<Result<Frame<'r>, StopReason>> {
+    let header_bytes = header.frames.header_bytes();
     let room_bytes = header.limit_lsn().0 - lsn.0;
-    if room_bytes < FRAME_HEADER_BYTES as u64 {
+    if room_bytes < header_bytes as u64 {
         return Ok(Err(StopReason::SegmentFull));
     }
     let offset = file_offset(header, lsn);
-    let Some(raw) = reader.bytes(offset, FRAME_HEADER_BYTES)? else {
+    let Some(raw) = reader.bytes(offset, header_bytes)? else {
         return Ok(Err(StopReason::FileEnd));
     };
-    let Ok(raw) = <[u8; FRAME_HEADER_BYTES]>::try_from(raw) else {
+    let mut copy = [0u8; MAX_FRAME_HEADER_BYTES];
+    let Some(raw_copy) = copy.get_mut(..header_bytes) else {
         return Ok(Err(StopReason::FileEnd));
     };
-    let frame = FrameHeader::parse(&raw);
-    let frame_bytes = match frame.check(&raw, lsn, header.salt, room_bytes) {
+    raw_copy.copy_from_slice(raw);
+    let raw: &[u8] = raw_copy;
+    let frame = FrameHeader::parse(raw, header.frames);
+    let frame_bytes = match frame.check(raw, lsn, header.salt, room_bytes) {
         Ok(n) => n,
         Err(reason) => return Ok(Err(reason)),
     };
-    let payload_at = offset + FRAME_HEADER_BYTES as u64;
+    let payload_at = offset + header_bytes as u64;
     let Some(payload) = reader.bytes(payload_at, frame.len as usize)? else {
         return Ok(Err(StopReason::FileEnd));
     };
-    if !frame.crc_matches(&raw, payload) {
+    if !frame.crc_matches(raw, payload) {
         return Ok(Err(StopReason::ChecksumMismatch));
     }
-    Ok(Ok((frame_bytes, payload)))
+    Ok(Ok(Frame {
+        bytes: frame_bytes,
+        synced: frame.synced,
+        payload,
+    }))
 }
 
 /// Buffered positional reads of one segment file, in large chunks.
@@ -401,18 +769,31 @@ struct UseReader<'f> {
     buf_len: usize,
     /// File offset of `buf[0]`.
     buf_offset: u64,
+    /// Bytes each fill reads at least.
+    chunk: usize,
 }
 
 impl<'f> UseReader<'f> {
     /// A reader of `file` up to `end_offset`, reading into `buf` (its
     /// contents are overwritten).
     fn new(file: &'f dyn Storage, end_offset: u64, buf: Vec<u8>) -> UseReader<'f> {
+        UseReader::with_chunk(file, end_offset, buf, READ_CHUNK_BYTES)
+    }
+
+    /// A reader whose fills read at least `chunk` bytes.
+    fn with_chunk(
+        file: &'f dyn Storage,
+        end_offset: u64,
+        buf: Vec<u8>,
+        chunk: usize,
+    ) -> UseReader<'f> {
         UseReader {
             file,
             end_offset,
             buf,
             buf_len: 0,
             buf_offset: 0,
+            chunk,
         }
     }
 
@@ -443,7 +824,7 @@ impl<'f> UseReader<'f> {
     /// Reads at least `n` bytes at `offset` (already checked to be
     /// readable), up to a chunk or the readable end.
     fn fill(&mut self, offset: u64, n: usize) -> Result<()> {
-        let want = n.max(READ_CHUNK_BYTES) as u64;
+        let want = n.max(self.chunk) as u64;
         let len = want.min(self.end_offset - offset) as usize;
         debug_assert!(len >= n);
         if self.buf.len() < len {

@@ -18,7 +18,7 @@
 //! | offset | size | field |
 //! |-------:|-----:|-------|
 //! | 0  | 8 | magic `b"SHEAFWAL"` |
-//! | 8  | 4 | format version (1) |
+//! | 8  | 4 | format version: 3 (frames with a synced mark, `frame.rs`); 2 is still read |
 //! | 12 | 4 | reserved, zero |
 //! | 16 | 8 | sequence number of this use (strictly increasing across uses of all segments; ≥ 1) |
 //! | 24 | 8 | salt of this use (non-zero; every frame of the use carries it) |
@@ -30,13 +30,15 @@
 //! | 72 | 4 | crc32c of bytes 0..72 |
 //! | 76 | 4020 | zero |
 //!
-//! A header that fails any check (magic, version, crc, ranges) means the
-//! segment holds no use: it is free.
+//! A header that fails any check (magic, crc, ranges) means the segment
+//! holds no use: it is free. A whole header of a version this build does
+//! not read is refused at open (`WalMismatch`), never taken for free space.
 
 #![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::frame::FrameFormat;
 use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
 use crate::types::{Lsn, COUNTER_LIMIT};
 
@@ -51,7 +53,10 @@ pub const MAX_SEGMENT_BYTES: u64 = 1 << 40;
 pub const FIRST_LSN: Lsn = Lsn(HEADER_BLOCK_BYTES);
 
 const MAGIC: [u8; 8] = *b"SHEAFWAL";
-const FORMAT_VERSION: u32 = 2;
+/// The format version this build writes.
+const FORMAT_VERSION: u32 = 3;
+/// The older format still read: its frames have no synced mark.
+const FORMAT_VERSION_V2: u32 = 2;
 /// Field offsets of the header block (the table in the module doc).
 mod off {
     pub const MAGIC: usize = 0;
@@ -96,6 +101,8 @@ pub(crate) struct SegmentHeader {
     pub db_id: u64,
     /// Superblock generation durable when the use began.
     pub generation: u64,
+    /// The layout of the use's frames (from the header's format version).
+    pub frames: FrameFormat,
 }
 
 impl SegmentHeader {
@@ -115,7 +122,11 @@ impl SegmentHeader {
         debug_assert!(is_valid_segment_bytes(self.segment_bytes));
         let mut block = vec![0u8; HEADER_BLOCK_BYTES as usize];
         put_bytes(&mut block, off::MAGIC, &MAGIC);
-        put_u32(&mut block, off::VERSION, FORMAT_VERSION);
+        let version = match self.frames {
+            FrameFormat::V2 => FORMAT_VERSION_V2,
+            FrameFormat::V3 => FORMAT_VERSION,
+        };
+        put_u32(&mut block, off::VERSION, version);
         put_u64(&mut block, off::SEQ, self.seq);
         put_u64(&mut block, off::SALT, self.salt);
         put_u64(&mut block, off::PREV_SALT, self.prev_salt);
@@ -135,11 +146,14 @@ impl SegmentHeader {
             return None;
         }
         let stored_crc = read_u32(used, off::CRC);
-        if Some(stored_crc) != used.get(..off::CRC).map(crc32c::crc32c)
-            || read_u32(used, off::VERSION) != FORMAT_VERSION
-        {
+        if Some(stored_crc) != used.get(..off::CRC).map(crc32c::crc32c) {
             return None;
         }
+        let frames = match read_u32(used, off::VERSION) {
+            FORMAT_VERSION => FrameFormat::V3,
+            FORMAT_VERSION_V2 => FrameFormat::V2,
+            _ => return None,
+        };
         let header = SegmentHeader {
             seq: read_u64(used, off::SEQ),
             salt: read_u64(used, off::SALT),
@@ -148,8 +162,20 @@ impl SegmentHeader {
             segment_bytes: read_u64(used, off::SEGMENT_BYTES),
             db_id: read_u64(used, off::DB_ID),
             generation: read_u64(used, off::GENERATION),
+            frames,
         };
         header.is_plausible().then_some(header)
+    }
+
+    /// The format version of a header block that is whole (magic and crc
+    /// check) but of a version this build cannot read: a segment of a newer
+    /// build, which must be refused rather than taken for free space.
+    pub fn unreadable_version(block: &[u8]) -> Option<u32> {
+        let used = block.get(..off::USED)?;
+        let whole = slice_at(used, off::MAGIC, MAGIC.len())? == MAGIC
+            && Some(read_u32(used, off::CRC)) == used.get(..off::CRC).map(crc32c::crc32c);
+        let version = read_u32(used, off::VERSION);
+        (whole && version != FORMAT_VERSION && version != FORMAT_VERSION_V2).then_some(version)
     }
 
     /// Range checks a crc-valid header must still pass.
@@ -234,6 +260,7 @@ mod tests {
             segment_bytes: 64 * 1024,
             db_id: 0x5EAF,
             generation: 9,
+            frames: FrameFormat::V3,
         }
     }
 
@@ -242,6 +269,26 @@ mod tests {
         let block = sample().encode();
         assert_eq!(block.len(), HEADER_BLOCK_BYTES as usize);
         assert_eq!(SegmentHeader::decode(&block), Some(sample()));
+    }
+
+    #[test]
+    fn format_2_headers_still_decode() {
+        let old = SegmentHeader {
+            frames: FrameFormat::V2,
+            ..sample()
+        };
+        let block = old.encode();
+        assert_eq!(read_u32(&block, off::VERSION), 2);
+        assert_eq!(SegmentHeader::decode(&block), Some(old));
+        // An unknown version is no use (as any failed check).
+        let mut v4 = sample().encode();
+        put_u32(&mut v4, off::VERSION, 4);
+        let crc = crc32c::crc32c(&v4[..off::CRC]);
+        put_u32(&mut v4, off::CRC, crc);
+        assert_eq!(SegmentHeader::decode(&v4), None);
+        assert_eq!(SegmentHeader::unreadable_version(&v4), Some(4));
+        assert_eq!(SegmentHeader::unreadable_version(&block), None);
+        assert_eq!(SegmentHeader::unreadable_version(&sample().encode()), None);
     }
 
     #[test]

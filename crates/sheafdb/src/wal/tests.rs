@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::frame::{encode_frame, StopReason};
+use super::frame::{encode_frame, FramePlace, StopReason};
 use super::segment::SegmentHeader;
 use super::*;
 use crate::storage::hook::{FileOp, Hook, HookVfs};
@@ -150,7 +150,8 @@ fn round_trip_across_segments_from_any_lsn() {
     assert_eq!(got, records);
     assert_eq!(s.records_skipped, 0);
     assert_eq!(s.last_record_lsn, Some(records.last().unwrap().0));
-    let end = Lsn(records.last().unwrap().0 .0 + (24 + records.last().unwrap().1.len()) as u64);
+    let end = Lsn(records.last().unwrap().0 .0
+        + (FRAME_HEADER_BYTES + records.last().unwrap().1.len()) as u64);
     assert_eq!(s.end_lsn, end);
 
     let mut froms: Vec<Lsn> = vec![Lsn(0), FIRST_LSN, end, Lsn(end.0 + 1)];
@@ -239,7 +240,7 @@ fn record_size_limits() {
     let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
     let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
     let max = wal.options().max_record_bytes as usize;
-    assert_eq!(max as u64, SEG - 4096 - 24);
+    assert_eq!(max as u64, SEG - 4096 - FRAME_HEADER_BYTES as u64);
     assert!(matches!(
         wal.append(&vec![1; max + 1]),
         Err(Error::ValueTooLarge { .. })
@@ -396,7 +397,12 @@ fn lsn_discontinuity_stops_replay() {
     edit_file(&sim, &name, |b| {
         let salt = u64::from_le_bytes(b[off + 16..off + 24].try_into().unwrap());
         // A well-formed frame with a valid crc and salt, but the wrong LSN.
-        let forged = encode_frame(Lsn(records[k].0 .0 + 24), salt, &records[k].1);
+        let place = FramePlace {
+            lsn: Lsn(records[k].0 .0 + 24),
+            salt,
+            synced: Lsn(0),
+        };
+        let forged = encode_frame(place, &records[k].1);
         b[off..off + forged.len()].copy_from_slice(&forged);
     });
     let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
@@ -412,7 +418,7 @@ fn recycled_log() -> (SimVfs, Lsn, Records, u64) {
     let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
     // 488-byte frames: 25 per 12 KiB use, aligned at the same offsets in
     // every use.
-    let size = 488 - 24;
+    let size = 488 - FRAME_HEADER_BYTES;
     let first_use = append_n(&wal, 0, 25, &[size]);
     let old_salt = u64::from_le_bytes(
         sim.file_bytes("db-wal.0").unwrap()[24..32]
@@ -454,7 +460,12 @@ fn stale_salt_alone_rejects_a_frame() {
     // An old-use frame made to look continuous: right LSN, valid crc, but
     // the previous use's salt.
     edit_file(&sim, &name, |b| {
-        let forged = encode_frame(end, old_salt, &payload(999, 100));
+        let place = FramePlace {
+            lsn: end,
+            salt: old_salt,
+            synced: Lsn(0),
+        };
+        let forged = encode_frame(place, &payload(999, 100));
         b[off..off + forged.len()].copy_from_slice(&forged);
     });
     let (_, got, s) = open_collect(sim_arc(&sim), SEG, release);
@@ -938,7 +949,7 @@ fn header_block(sim: &SimVfs, name: &str) -> Vec<u8> {
 fn lost_header_of_a_recycled_segment_ends_replay_instead_of_skipping_to_a_later_use() {
     let sim = SimVfs::new();
     let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
-    let size = 488 - 24;
+    let size = 488 - FRAME_HEADER_BYTES;
     let _use1 = append_n(&wal, 0, 25, &[size]);
     let use1_header = header_block(&sim, "db-wal.0");
     let uses23 = append_n(&wal, 25, 50, &[size]);
@@ -988,4 +999,294 @@ fn a_log_that_starts_after_the_replay_start_is_refused() {
     // From the release point the same log replays fine.
     let (_, got, _) = open_collect(sim_arc(&sim), SEG, release);
     assert!(!got.is_empty());
+}
+
+// ------------------------------------- damage in the middle of the log
+
+/// A log on a `SimVfs` where every record was acknowledged durable before
+/// the next was appended (so each frame's synced mark vouches for the one
+/// before it), spanning several segments.
+fn durable_log(count: u64) -> (SimVfs, Records) {
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let mut records = Vec::new();
+    for i in 0..count {
+        let p = payload(i, [100, 37, 700, 260][i as usize % 4]);
+        let (lsn, end) = wal.append(&p).unwrap();
+        wal.wait_durable(end).unwrap();
+        records.push((lsn, p));
+    }
+    assert!(wal.stats().segments_created >= 3);
+    (sim, records)
+}
+
+fn all_files(sim: &SimVfs) -> Vec<(String, Vec<u8>)> {
+    let mut names = sim.file_names();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let b = sim.file_bytes(&n).unwrap();
+            (n, b)
+        })
+        .collect()
+}
+
+fn salvage_opts() -> WalOptions {
+    WalOptions {
+        salvage: true,
+        ..opts(SEG)
+    }
+}
+
+/// The damage error, or a panic naming what the open returned instead.
+fn expect_damage(sim: &SimVfs, ctx: &str) -> Error {
+    match open(sim_arc(sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())) {
+        Ok((_, s)) => panic!("{ctx}: damage went unnoticed, replay stopped with {s:?}"),
+        Err(e) => {
+            assert!(e.is_corrupted(), "{ctx}: {e}");
+            assert!(e.to_string().contains("durable up to"), "{ctx}: {e}");
+            e
+        }
+    }
+}
+
+#[test]
+fn a_damaged_durable_frame_followed_by_later_commits_is_corruption() {
+    let (sim, records) = durable_log(200);
+    // Records in the first, a middle and the last segment; every field of
+    // the frame header and the payload.
+    for k in [3usize, 80, 150, 198] {
+        let (name, off) = locate(&sim, records[k].0);
+        for (what, at) in [
+            ("crc", off),
+            ("len", off + 5),
+            ("lsn", off + 9),
+            ("salt", off + 17),
+            ("synced mark", off + 25),
+            ("payload", off + FRAME_HEADER_BYTES + 3),
+        ] {
+            let ctx = format!("record {k}, {what} flipped");
+            let img = sim.crash_with(0, CrashPolicy::KeepAll);
+            edit_file(&img, &name, |b| b[at] ^= 0x04);
+            let before = all_files(&img);
+            let err = expect_damage(&img, &ctx);
+            assert_eq!(
+                all_files(&img),
+                before,
+                "{ctx}: a refused open changed the WAL"
+            );
+            let stop_lsn = records[k].0 .0;
+            assert!(
+                err.to_string().contains(&format!("LSN {stop_lsn} ")),
+                "{ctx}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn damage_hiding_the_next_frame_is_found_by_searching_the_segment() {
+    let (sim, records) = durable_log(200);
+    // The last segment's first records: a length that points nowhere
+    // useful leaves only a search for the salt.
+    let last = records.last().unwrap().0;
+    let (last_name, _) = locate(&sim, last);
+    let k = (0..records.len())
+        .find(|&k| locate(&sim, records[k].0).0 == last_name)
+        .unwrap()
+        + 1;
+    assert!(
+        k + 3 < records.len(),
+        "the last segment holds several records"
+    );
+    let (name, off) = locate(&sim, records[k].0);
+    for bits in [0x0100_0000u32, 0x0000_0100, 0x0000_0001] {
+        let img = sim.crash_with(0, CrashPolicy::KeepAll);
+        edit_file(&img, &name, |b| {
+            let len = u32::from_le_bytes(b[off + 4..off + 8].try_into().unwrap());
+            b[off + 4..off + 8].copy_from_slice(&(len ^ bits).to_le_bytes());
+        });
+        expect_damage(&img, &format!("length xor {bits:#x}"));
+    }
+    // A damaged salt at the right position is not a stale frame.
+    let img = sim.crash_with(0, CrashPolicy::KeepAll);
+    edit_file(&img, &name, |b| b[off + 16] ^= 0x80);
+    expect_damage(&img, "salt");
+}
+
+#[test]
+fn damage_to_the_last_durable_frame_reads_as_a_torn_tail() {
+    // Nothing written after it can vouch for it: the documented limit.
+    let (sim, records) = durable_log(200);
+    let k = records.len() - 1;
+    let (name, off) = locate(&sim, records[k].0);
+    edit_file(&sim, &name, |b| b[off + FRAME_HEADER_BYTES + 1] ^= 0x01);
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    assert_eq!(got, records[..k].to_vec());
+    assert_eq!(s.stop, StopReason::ChecksumMismatch);
+    assert_eq!(s.damage, None);
+}
+
+#[test]
+fn damage_before_the_replay_start_matters_only_if_the_log_went_past_it() {
+    let (sim, records) = durable_log(200);
+    // A damaged record in the last segment, before the replay start: the
+    // walk starts at the use's first frame and stops at the damage.
+    let (last_name, _) = locate(&sim, records.last().unwrap().0);
+    let first_in_last = (0..records.len())
+        .find(|&k| locate(&sim, records[k].0).0 == last_name)
+        .unwrap();
+    let k = first_in_last + 1;
+    assert!(k + 4 < records.len());
+    let (name, off) = locate(&sim, records[k].0);
+    edit_file(&sim, &name, |b| b[off + FRAME_HEADER_BYTES + 1] ^= 0x01);
+    // Records from k + 3 on are needed and were durable: corruption.
+    let from = records[k + 3].0;
+    let err = open(sim_arc(&sim), DB, opts(SEG), from, &mut |_, _| Ok(())).unwrap_err();
+    assert!(err.is_corrupted(), "{err}");
+    // A base past every record needs none of them: the log just ends.
+    let past = end_of(records.last().unwrap());
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, past);
+    assert!(got.is_empty());
+    assert_eq!(s.end_lsn, records[k].0);
+    assert_eq!(s.damage, None);
+}
+
+#[test]
+fn salvage_opens_the_prefix_and_the_salvaged_log_stays_consistent() {
+    let (sim, records) = durable_log(200);
+    let k = 80;
+    let (name, off) = locate(&sim, records[k].0);
+    edit_file(&sim, &name, |b| b[off + FRAME_HEADER_BYTES + 1] ^= 0x01);
+    expect_damage(&sim, "before salvage");
+    let mut got = Vec::new();
+    let (wal, s) = open(sim_arc(&sim), DB, salvage_opts(), Lsn(0), &mut |lsn, p| {
+        got.push((lsn, p.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got, records[..k].to_vec());
+    let d = s.damage.clone().expect("the damage is reported");
+    assert_eq!(d.stop_lsn, records[k].0);
+    assert!(d.synced > d.stop_lsn && d.witness_lsn > d.stop_lsn);
+    assert!(d.log_limit > end_of(records.last().unwrap()));
+    // What the database does next: continue past every damaged use (and
+    // checkpoint there, so later opens replay from it).
+    assert!(wal.skip_to(d.log_limit));
+    let new = append_n(&wal, 5000, 30, &[90, 400]);
+    drop(wal);
+    let (_, again, s2) = open_collect(sim_arc(&sim), SEG, d.log_limit);
+    assert_eq!(again, new);
+    assert_eq!(s2.damage, None, "old frames no longer vouch for anything");
+}
+
+#[test]
+fn torn_tails_of_durable_logs_are_never_taken_for_damage() {
+    // Per-record durable waits, then written-only appends a crash tears
+    // (every tear policy): the marks advance, but never past the tear.
+    for seed in 0..150u64 {
+        let sim = SimVfs::new();
+        let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        let mut all = Vec::new();
+        for i in 0..(5 + seed % 25) {
+            let p = payload(i, 30 + (i as usize * 53) % 900);
+            let (lsn, end) = wal.append(&p).unwrap();
+            wal.wait_durable(end).unwrap();
+            all.push((lsn, p));
+        }
+        let durable = all.len();
+        for i in 0..(seed % 40) {
+            let p = payload(100 + i, 30 + (i as usize * 97) % 1500);
+            let (lsn, end) = wal.append(&p).unwrap();
+            wal.wait_written(end).unwrap();
+            all.push((lsn, p));
+        }
+        let crashed = sim.crash(seed);
+        drop(wal);
+        let (_, got, s) = open_collect(sim_arc(&crashed), SEG, Lsn(0));
+        assert!(got.len() >= durable, "seed {seed}: lost durable records");
+        assert_eq!(got, all[..got.len()].to_vec(), "seed {seed}: not a prefix");
+        assert_eq!(s.damage, None, "seed {seed}");
+        check_reopen_cycle(sim_arc(&crashed), SEG, &got, &format!("seed {seed}"));
+    }
+}
+
+#[test]
+fn segments_of_format_2_are_still_replayed() {
+    use super::frame::{encode_v2_frame, FrameFormat};
+    let sim = SimVfs::new();
+    let header = SegmentHeader {
+        seq: 1,
+        salt: 0x1234_5678,
+        prev_salt: 0,
+        start_lsn: FIRST_LSN,
+        segment_bytes: SEG,
+        db_id: 0,
+        generation: 0,
+        frames: FrameFormat::V2,
+    };
+    let mut file = header.encode();
+    let mut records = Vec::new();
+    let mut lsn = FIRST_LSN;
+    for i in 0..20 {
+        let p = payload(i, 50 + i as usize * 10);
+        let frame = encode_v2_frame(lsn, header.salt, &p);
+        file.extend_from_slice(&frame);
+        records.push((lsn, p));
+        lsn = Lsn(lsn.0 + frame.len() as u64);
+    }
+    file.resize(SEG as usize, 0);
+    sim.set_file_bytes("db-wal.0", file);
+    let (wal, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    assert_eq!(got, records);
+    assert_eq!(s.end_lsn, lsn);
+    // New records go in a format-3 use that continues the old one.
+    let new = append_n(&wal, 100, 10, &[60]);
+    drop(wal);
+    let (_, got, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let mut all = records;
+    all.extend(new);
+    assert_eq!(got, all);
+}
+
+#[test]
+fn a_segment_of_an_unknown_format_is_refused_not_reused() {
+    let (sim, _) = sim_log(100);
+    edit_file(&sim, "db-wal.0", |b| {
+        b[8..12].copy_from_slice(&9u32.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..72]);
+        b[72..76].copy_from_slice(&crc.to_le_bytes());
+    });
+    let before = all_files(&sim);
+    let err = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("version 9"), "{err}");
+    assert_eq!(all_files(&sim), before);
+}
+
+#[test]
+fn a_damaged_segment_header_does_not_hide_durable_records() {
+    let (sim, records) = durable_log(200);
+    let (last_name, _) = locate(&sim, records.last().unwrap().0);
+    let (middle_name, _) = locate(&sim, records[80].0);
+    assert_ne!(last_name, middle_name);
+    for (name, byte) in [(&last_name, 20), (&middle_name, 41), (&last_name, 72)] {
+        let img = sim.crash_with(0, CrashPolicy::KeepAll);
+        edit_file(&img, name, |b| b[byte] ^= 0x02);
+        let before = all_files(&img);
+        expect_damage(&img, &format!("{name} header byte {byte}"));
+        assert_eq!(all_files(&img), before);
+    }
+    // The only segment of a small log: replay finds no use at all.
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    for i in 0..5 {
+        let (_, end) = wal.append(&payload(i, 40)).unwrap();
+        wal.wait_durable(end).unwrap();
+    }
+    drop(wal);
+    assert_eq!(wal_files(&sim.file_names()), 1);
+    edit_file(&sim, "db-wal.0", |b| b[30] ^= 0x01);
+    expect_damage(&sim, "the only segment's header");
 }
