@@ -162,7 +162,13 @@ fn open_wal(
         // The log ended before a checkpoint LSN (it was damaged): make a
         // base past the skipped LSNs before anything new is appended.
         shared.checkpoint_all()?;
-        debug_assert!(shared.ckpt.sys.lock().replay_lsn >= floor);
+        // Rules O1 and O10: the skipped LSNs (and a salvaged log's damaged
+        // uses) are below the durable replay start now.
+        let base = shared.ckpt.sys.lock().replay_lsn;
+        assert!(
+            base >= floor,
+            "the checkpoint after a skip left the replay start at {base:?}, below {floor:?}"
+        );
     }
     Ok(())
 }

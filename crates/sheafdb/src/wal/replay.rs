@@ -34,6 +34,7 @@ use std::sync::Arc;
 use super::frame::{FrameFormat, FrameHeader, StopReason, MAX_FRAME_HEADER_BYTES, SALT_OFFSET};
 use super::segment::{
     parse_segment_name, segment_name, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES,
+    MAX_SEGMENT_BYTES,
 };
 use super::WalOptions;
 use crate::error::{Error, Location, Result};
@@ -264,10 +265,7 @@ pub(crate) fn replay(
         // prove that records past `from` were durable.
         let stop = (rec.summary.end_lsn, rec.summary.stop);
         if let Some(damage) = find_witness(slots, db_name, None, stop, from, Vec::new())? {
-            if !salvage {
-                return Err(damage_error(&damage, &rec.summary));
-            }
-            rec.summary.damage = Some(damage);
+            rec.summary.damage = Some(salvaged(damage, salvage, &rec.summary)?);
         }
         return Ok(rec);
     };
@@ -293,10 +291,7 @@ pub(crate) fn replay(
                     .count();
                 let stop = (end, rec.summary.stop);
                 if let Some(damage) = find_witness(slots, db_name, Some(cur), stop, from, buf)? {
-                    if !salvage {
-                        return Err(damage_error(&damage, &rec.summary));
-                    }
-                    rec.summary.damage = Some(damage);
+                    rec.summary.damage = Some(salvaged(damage, salvage, &rec.summary)?);
                 }
                 return Ok(rec);
             }
@@ -469,7 +464,9 @@ fn find_witness(
         let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes), buf);
         let in_place = stop.may_be_damage()
             || (stop == StopReason::StaleSalt && names_position(&mut reader, &header, stop_lsn)?);
-        if in_place {
+        // A stale salt whose LSN was damaged too still has a length: one
+        // frame read follows it (only frames with this use's salt count).
+        if in_place || stop == StopReason::StaleSalt {
             if let Some(next) = next_by_length(&mut reader, &header, stop_lsn)? {
                 if let Some(w) = walk_for_witness(&mut reader, &header, next, threshold)?.0 {
                     return Ok(Some(damage(w, slot.slot, &header)));
@@ -552,18 +549,25 @@ fn headerless_uses(slots: &[ScannedSlot]) -> Result<Vec<(usize, SegmentHeader)>>
                 .0
                 .checked_add(segment_bytes)
                 .is_some_and(|end| end <= COUNTER_LIMIT);
-        if plausible {
-            debug_assert!(segment_bytes <= s.len_bytes);
-            let pseudo = SegmentHeader {
-                seq: 0,
-                salt: frame.salt,
-                prev_salt: 0,
-                start_lsn: frame.lsn,
-                segment_bytes,
-                db_id: 0,
-                generation: 0,
-                frames: FrameFormat::V3,
-            };
+        if !plausible {
+            continue;
+        }
+        debug_assert!(segment_bytes <= s.len_bytes);
+        let pseudo = SegmentHeader {
+            seq: 0,
+            salt: frame.salt,
+            prev_salt: 0,
+            start_lsn: frame.lsn,
+            segment_bytes,
+            db_id: 0,
+            generation: 0,
+            frames: FrameFormat::V3,
+        };
+        // Only a first frame that is whole (crc included) rebuilds a
+        // header: garbage must not decide anything, such as where a
+        // salvaged log continues (`log_limit`).
+        let mut r = UseReader::with_chunk(&*s.file, segment_bytes, Vec::new(), PROBE_CHUNK_BYTES);
+        if next_frame(&mut r, &pseudo, frame.lsn)?.is_ok() {
             out.push((i, pseudo));
         }
     }
@@ -640,7 +644,8 @@ fn next_by_length(
 /// Searches the rest of `header`'s use after `stop` for frames carrying
 /// its salt (a frame is found even where no length leads to it), walking
 /// on from each valid one; returns the first witness past `threshold`.
-/// Reads at most the rest of the use, once, in [`READ_CHUNK_BYTES`] windows.
+/// Reads the rest of the use in [`READ_CHUNK_BYTES`] windows, and checks
+/// candidates' checksums over at most twice the use's size in all.
 fn scan_for_witness(
     reader: &mut UseReader<'_>,
     header: &SegmentHeader,
@@ -656,6 +661,7 @@ fn scan_for_witness(
     // Candidate frame positions are `cand`; a window holds the bytes where
     // their salts would be, so candidate `cand + i` has its salt at `i`.
     let mut cand = stop.0 + 1;
+    let (mut checked, budget) = (0u64, 2 * header.capacity_bytes());
     while cand <= last_start {
         let at = file_offset(header, Lsn(cand)) + SALT_OFFSET as u64;
         let salts_end = file_offset(header, Lsn(last_start)) + SALT_OFFSET as u64 + 8;
@@ -678,6 +684,13 @@ fn scan_for_witness(
             found > stop && found.0 <= last_start,
             "a candidate outside the scan"
         );
+        // Each candidate's crc covers the length it claims: bound the bytes
+        // checked so crafted bytes cannot make the search quadratic.
+        let claimed = raw_header_at(reader, header, found)?.map_or(0, |h| u64::from(h.len));
+        checked = checked.saturating_add(claimed);
+        if checked > budget {
+            break;
+        }
         let (witness, end) = walk_for_witness(reader, header, found, threshold)?;
         debug_assert!(end >= found, "a walk ended before it began");
         if witness.is_some() {
@@ -686,6 +699,27 @@ fn scan_for_witness(
         cand = end.0.max(found.0 + 1);
     }
     Ok(None)
+}
+
+/// Proven damage: an error unless salvaging, and then an error too if
+/// the log could not continue past it (a use claiming LSNs next to the
+/// counters' limit: the new log's segment headers would not be valid).
+fn salvaged(damage: LogDamage, salvage: bool, summary: &ReplaySummary) -> Result<LogDamage> {
+    if !salvage {
+        return Err(damage_error(&damage, summary));
+    }
+    let room = damage.log_limit.0.checked_add(MAX_SEGMENT_BYTES);
+    if room.is_none_or(|end| end > COUNTER_LIMIT) {
+        return Err(Error::Corrupted {
+            what: format!(
+                "the damaged WAL claims LSNs up to {}, too close to the limit for the log to \
+                 continue past them: it cannot be salvaged",
+                damage.log_limit.0
+            ),
+            location: damage.witness_at,
+        });
+    }
+    Ok(damage)
 }
 
 /// The `Corrupted` error for damage replay proved.
