@@ -247,7 +247,16 @@ pub trait PageBytes {
     fn zeroed(len: usize) -> PageOwned {
         match ZEROS.get(..len) {
             Some(zeros) => page_from_slice(zeros),
-            None => page_from_slice(&vec![0u8; len]),
+            None => {
+                // Large runs: one filling pass, no zeroed copy to copy from.
+                let header = HeaderWithLength::new(PageMeta::default(), len);
+                let run =
+                    triomphe::Arc::from_header_and_iter(header, std::iter::repeat_n(0u8, len));
+                match triomphe::Arc::try_unique(run) {
+                    Ok(owned) => owned,
+                    Err(_) => unreachable!("a run just allocated is shared"),
+                }
+            }
         }
     }
 
@@ -433,6 +442,15 @@ mod tests {
     /// The point of one allocation: a run's bytes start in the first
     /// cache line of its allocation, right after the count and the
     /// derived fields.
+    #[test]
+    fn zeroed_runs_of_every_size_are_zero() {
+        for len in [0, 1, 4096, MAX_PAGE_SIZE, MAX_PAGE_SIZE + 1, 3 << 20] {
+            let run = PageBuf::zeroed(len);
+            assert_eq!(run.bytes().len(), len);
+            assert!(run.bytes().iter().all(|&b| b == 0), "{len}");
+        }
+    }
+
     #[test]
     fn bytes_follow_the_count_in_one_allocation() {
         let page = PageBuf::new_run(4096, 1, PageType::Leaf, PageId(7), CfId(3)).shareable();
