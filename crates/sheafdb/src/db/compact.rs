@@ -48,6 +48,20 @@ const FINAL_PAGES: u64 = 2048;
 /// keeps its pages, and the report says the file is not done.
 const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Most steps one `compact()` takes: each either gives something back or
+/// halves its reach, so this is never reached by a correct engine; it
+/// bounds the call if that ever fails (a call proceeds or returns).
+const MAX_STEPS: usize = 4096;
+
+/// One step toward the packed length.
+struct Step {
+    report: CompactReport,
+    /// Pages the file still ends past its target (0: there).
+    past_target: u64,
+    /// The step moved pages or shortened the extents or the file.
+    progressed: bool,
+}
+
 /// What a cut gave back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Cut {
@@ -64,6 +78,12 @@ impl DbShared {
     pub(crate) fn shrink_file(self: &Arc<Self>, min_pages: u64) -> Result<Option<Cut>> {
         self.health.check_writable()?;
         let Some(cut) = self.cut_tail(min_pages)? else {
+            // Nothing to cut now, but a truncation may be owed (one failed,
+            // or stopped at a durable length a later checkpoint lowered).
+            // It needs no checkpoint: the base describes the shorter file.
+            if self.ckpt.truncation_owed.load(Ordering::Acquire) {
+                self.truncate_file()?;
+            }
             return Ok(None);
         };
         // The shorter extents become the durable base ...
@@ -142,6 +162,7 @@ impl DbShared {
         );
         extents.cut_to(end);
         debug_assert_eq!(extents.file_pages(), end, "the cut left another length");
+        self.ckpt.truncation_owed.store(true, Ordering::Release);
         Ok(Some(Cut {
             from_pages: from,
             to_pages: end,
@@ -158,20 +179,28 @@ impl DbShared {
     /// (`tests/compaction.rs::a_crash_after_cuts_that_changed_no_cf_leaves_a_file_that_opens`).
     fn truncate_file(&self) -> Result<()> {
         let sys = self.ckpt.sys.lock();
-        let pages = (self.space.extents.lock().file_pages()).max(sys.written_pages);
+        let extent_pages = self.space.extents.lock().file_pages();
+        let pages = extent_pages.max(sys.written_pages);
         let ps = self.space.pager.page_size() as u64;
         let storage = self.space.pager.storage();
         let want = pages * ps;
-        if storage.len()? > want {
-            let r = storage.set_len(want).and_then(|()| storage.sync_data());
-            // A failed truncation leaves a longer file than the base says:
-            // harmless, but the I/O failed, so the database is poisoned.
-            r.map_err(|e| {
-                let e = Error::Io(e);
-                self.poison(&e);
-                e
-            })?;
-        }
+        // A failed truncation leaves a longer file than the base says:
+        // harmless, but the I/O failed, so the database is poisoned
+        // (reading the length too: compaction measured progress against a
+        // file it could no longer cut, and spun).
+        let r = storage.len().and_then(|len| match len > want {
+            true => storage.set_len(want).and_then(|()| storage.sync_data()),
+            false => Ok(()),
+        });
+        r.map_err(|e| {
+            let e = Error::Io(e);
+            self.poison(&e);
+            e
+        })?;
+        // Settled, unless the durable length kept the file past the
+        // extents (a later checkpoint lowers it; then truncate again).
+        let settled = pages == extent_pages;
+        self.ckpt.truncation_owed.store(!settled, Ordering::Release);
         Ok(())
     }
 
@@ -255,7 +284,7 @@ impl DbShared {
     /// Readers and writers keep running; a writer of a CF being moved
     /// waits for that commit like for any other.
     pub(crate) fn compact_step(self: &Arc<Self>, max_bytes: u64) -> Result<CompactReport> {
-        self.step_toward_target(max_bytes).map(|(report, _)| report)
+        self.step_toward_target(max_bytes).map(|s| s.report)
     }
 
     /// [`DbShared::compact_step`], also returning how many pages the file
@@ -265,13 +294,14 @@ impl DbShared {
     /// their ancestors below the limit, which the slack may not hold. Its
     /// report says `done` (this step can do no more); `compact()` then
     /// retries with a limit between the target and the end.
-    fn step_toward_target(self: &Arc<Self>, max_bytes: u64) -> Result<(CompactReport, u64)> {
+    fn step_toward_target(self: &Arc<Self>, max_bytes: u64) -> Result<Step> {
         self.check_open()?;
         let ps = self.space.pager.page_size() as u64;
         self.checkpoint_all()?;
         let (file, used) = self.usage();
+        let on_disk = self.on_disk_pages()?;
         let mut report = CompactReport {
-            bytes_before: self.on_disk_pages()? * ps,
+            bytes_before: on_disk * ps,
             ..CompactReport::default()
         };
         // Where the file could end if packed, with a little room for the
@@ -303,9 +333,20 @@ impl DbShared {
         }
         self.shrink_file(1)?;
         let (after, _) = self.usage();
-        report.bytes_after = self.on_disk_pages()?.min(after) * ps;
+        let on_disk_after = self.on_disk_pages()?;
+        report.bytes_after = on_disk_after.min(after) * ps;
+        // Progress is measured against the same quantities before and
+        // after (the extent map, the file's length, pages moved): the
+        // report's two lengths are not, and a file longer than its
+        // extents made every step look like progress (`compact` spun).
+        let progressed = report.pages_moved > 0 || after < file || on_disk_after < on_disk;
         report.done = after <= target || (report.pages_moved == 0 && after >= file);
-        Ok((report, after.saturating_sub(target)))
+        let step = Step {
+            report,
+            past_target: after.saturating_sub(target),
+            progressed,
+        };
+        Ok(step)
     }
 
     /// The data file's length in pages (what it holds on disk; the
@@ -474,15 +515,19 @@ impl DbShared {
         // down to 256 KiB, so the limit climbs to where moves succeed.
         let min_reach = 256u64 << 10;
         let mut reach = 64u64 << 20;
-        loop {
-            let (r, past_target) = self.step_toward_target(reach)?;
+        for _ in 0..MAX_STEPS {
+            let Step {
+                report: r,
+                past_target,
+                progressed,
+            } = self.step_toward_target(reach)?;
             total.bytes_after = r.bytes_after;
             total.pages_moved += r.pages_moved;
             total.done = r.done;
             if past_target == 0 {
                 break;
             }
-            if r.bytes_after >= r.bytes_before {
+            if !progressed {
                 // Nothing given back: a step of shorter reach has a
                 // higher limit (at most halfway from the end to the
                 // target), with more room below it for what it moves.

@@ -23,6 +23,8 @@ pub enum FileOp {
     Sync,
     /// `set_len`.
     SetLen,
+    /// `len`.
+    Len,
 }
 
 /// Decides, before each operation, whether it proceeds.
@@ -78,6 +80,7 @@ impl Storage for HookFile {
         self.inner.sync_data()
     }
     fn len(&self) -> io::Result<u64> {
+        self.hook.before(&self.name, FileOp::Len)?;
         self.inner.len()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
