@@ -157,8 +157,8 @@ mod tests {
         assert_eq!(&buf, b"xy");
         data.set_len(1).unwrap();
         assert_eq!(data.len().unwrap(), 1);
-        // write, sync, write, sync (failed), read, set_len; len is not hooked.
-        assert_eq!(hook.seen.load(Ordering::SeqCst), 6);
+        // write, sync, write, sync (failed), read, set_len, len.
+        assert_eq!(hook.seen.load(Ordering::SeqCst), 7);
         assert_eq!(vfs.list().unwrap().len(), 2);
     }
 }
