@@ -106,9 +106,10 @@ pub(crate) struct CheckpointState {
     /// While non-zero (compaction): checkpoints move the system tree and
     /// the metadata blob below this page.
     pub relocate_below: AtomicU64,
-    /// Set by every cut, cleared by a truncation that brought the file to
-    /// the extent map's length: while set, the data file may be longer
-    /// than it needs to be (`DbShared::truncate_file`).
+    /// Set at open and by every cut, cleared by a truncation that brought
+    /// the file to the extent map's length: while set, the data file may
+    /// be longer than it needs to be (`DbShared::truncate_file`; a crash
+    /// between a cut's checkpoint and its truncation leaves it so).
     pub truncation_owed: std::sync::atomic::AtomicBool,
     triggers: Triggers,
     signal: Mutex<SignalState>,
@@ -128,7 +129,7 @@ impl CheckpointState {
             dirty_pages: Arc::new(AtomicU64::new(0)),
             last_lsn: AtomicU64::new(0),
             relocate_below: AtomicU64::new(0),
-            truncation_owed: std::sync::atomic::AtomicBool::new(false),
+            truncation_owed: std::sync::atomic::AtomicBool::new(true),
             triggers,
             signal: Mutex::new(SignalState::default()),
             wake: Condvar::new(),
