@@ -150,35 +150,27 @@ pub struct WalDamage {
     /// The log was durable up to this LSN when the witness was written:
     /// the commits below it, from `lost_from_lsn` on, were acknowledged.
     pub durable_to_lsn: u64,
+    /// All of the above in a sentence (the one replay's error gives).
+    description: String,
 }
 
 impl WalDamage {
     /// The public form of what replay found.
-    pub(crate) fn new(d: &crate::wal::LogDamage, at: Option<Location>) -> WalDamage {
+    pub(crate) fn new(d: &crate::wal::LogDamage) -> WalDamage {
         WalDamage {
             lost_from_lsn: d.stop_lsn.0,
-            at: at.unwrap_or_else(|| Location::Other("the WAL".into())),
+            at: d.stop_at.clone(),
             reason: format!("{:?}", d.stop),
             witness_lsn: d.witness_lsn.0,
             witness_at: d.witness_at.clone(),
             durable_to_lsn: d.synced.0,
+            description: d.to_string(),
         }
     }
 }
 
 impl std::fmt::Display for WalDamage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the WAL frame at LSN {} ({}) was damaged ({}), but the frame at LSN {} ({}) \
-             shows the log was durable up to LSN {}: the commits from LSN {} on were lost",
-            self.lost_from_lsn,
-            self.at,
-            self.reason,
-            self.witness_lsn,
-            self.witness_at,
-            self.durable_to_lsn,
-            self.lost_from_lsn
-        )
+        write!(f, "{}; they were lost", self.description)
     }
 }

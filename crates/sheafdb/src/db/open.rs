@@ -149,7 +149,7 @@ fn open_wal(
         // their frames can vouch for its records at a later open; the
         // checkpoint below makes the prefix the base (rule O10).
         floor = floor.max(damage.log_limit);
-        let public = WalDamage::new(damage, summary.stopped_at.clone());
+        let public = WalDamage::new(damage);
         shared.wal_damage.set(public).expect("one open, one replay");
     }
     let skipped = wal.skip_to(floor);

@@ -244,10 +244,6 @@ impl Layout {
         let end = Lsn(lsn.0 + frame_bytes);
         debug_assert!(end <= open.limit);
         let payload_len = frame.payload_len() as u32;
-        debug_assert!(
-            synced <= lsn,
-            "O10: the synced end {synced:?} is past {lsn:?}"
-        );
         let place = FramePlace {
             lsn,
             salt: open.salt,

@@ -95,6 +95,8 @@ pub struct LogDamage {
     pub stop_lsn: Lsn,
     /// Why the frame there was refused.
     pub stop: StopReason,
+    /// The file and offset of the damaged frame.
+    pub stop_at: Location,
     /// The valid frame whose synced mark proves it: its LSN and place.
     pub witness_lsn: Lsn,
     /// The file and offset of that frame.
@@ -105,6 +107,24 @@ pub struct LogDamage {
     /// log must continue at or after it, so that no frame left in those
     /// uses can vouch for the new log's records.
     pub log_limit: Lsn,
+}
+
+impl std::fmt::Display for LogDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "WAL frame at LSN {} ({}) is damaged ({:?}), but the frame at LSN {} ({}) records \
+             that the log was durable up to LSN {}: the commits from LSN {} on were \
+             acknowledged and cannot be replayed",
+            self.stop_lsn.0,
+            self.stop_at,
+            self.stop,
+            self.witness_lsn.0,
+            self.witness_at,
+            self.synced.0,
+            self.stop_lsn.0
+        )
+    }
 }
 
 /// The replay result plus what the writer needs to continue the log.
@@ -264,8 +284,8 @@ pub(crate) fn replay(
         // No use at all; frames of uses whose header was damaged may still
         // prove that records past `from` were durable.
         let stop = (rec.summary.end_lsn, rec.summary.stop);
-        if let Some(damage) = find_witness(slots, db_name, None, stop, from, Vec::new())? {
-            rec.summary.damage = Some(salvaged(damage, salvage, &rec.summary)?);
+        if let Some(damage) = find_witness(slots, db_name, None, stop, from)? {
+            rec.summary.damage = Some(salvaged(damage, salvage)?);
         }
         return Ok(rec);
     };
@@ -277,21 +297,25 @@ pub(crate) fn replay(
         let slot = slot_at(slots, cur);
         let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes), buf);
         let end = replay_use(slot, &mut reader, db_name, from, apply, &mut rec.summary)?;
-        buf = reader.into_buf();
         debug_assert!(end >= header.start_lsn, "a use ends before it starts");
         rec.kept.push((cur, end));
         rec.last_salt = Some(header.salt);
         rec.summary.uses_replayed += 1;
         match successor(slots, &header, end) {
-            Some(next) => cur = next,
+            Some(next) => {
+                buf = reader.into_buf();
+                cur = next;
+            }
             None => {
                 rec.summary.uses_abandoned = slots
                     .iter()
                     .filter(|s| s.header.is_some_and(|h| h.seq > header.seq))
                     .count();
+                // The walk's reader still holds the bytes where it stopped.
+                let last = Some((cur, &mut reader));
                 let stop = (end, rec.summary.stop);
-                if let Some(damage) = find_witness(slots, db_name, Some(cur), stop, from, buf)? {
-                    rec.summary.damage = Some(salvaged(damage, salvage, &rec.summary)?);
+                if let Some(damage) = find_witness(slots, db_name, last, stop, from)? {
+                    rec.summary.damage = Some(salvaged(damage, salvage)?);
                 }
                 return Ok(rec);
             }
@@ -433,13 +457,20 @@ fn replay_use(
 fn find_witness(
     slots: &[ScannedSlot],
     db_name: &str,
-    last: Option<usize>,
+    last: Option<(usize, &mut UseReader<'_>)>,
     (stop_lsn, stop): (Lsn, StopReason),
     from: Lsn,
-    buf: Vec<u8>,
 ) -> Result<Option<LogDamage>> {
     let threshold = stop_lsn.max(from);
     let headerless = headerless_uses(slots)?;
+    let place = |slot: usize, h: &SegmentHeader, lsn: Lsn| Location::File {
+        name: segment_name(db_name, slot),
+        offset: file_offset(h, lsn),
+    };
+    let stop_at = match &last {
+        Some((i, _)) => place(slot_at(slots, *i).slot, &header_of(slots, *i), stop_lsn),
+        None => Location::Other("the WAL (no segment has a valid header)".into()),
+    };
     let damage = |w: Witness, in_slot: usize, h: &SegmentHeader| {
         // A witness lies after the stop and vouches past it (and `from`).
         debug_assert!(w.lsn > stop_lsn, "a witness before the stop");
@@ -449,28 +480,29 @@ fn find_witness(
         LogDamage {
             stop_lsn,
             stop,
+            stop_at: stop_at.clone(),
             witness_lsn: w.lsn,
-            witness_at: Location::File {
-                name: segment_name(db_name, in_slot),
-                offset: file_offset(h, w.lsn),
-            },
+            witness_at: place(in_slot, h, w.lsn),
             synced: w.synced,
             log_limit: limit,
         }
     };
-    if let Some(last) = last {
+    if let Some((last, reader)) = last {
         let header = header_of(slots, last);
-        let slot = slot_at(slots, last);
-        let mut reader = UseReader::new(&*slot.file, slot.len_bytes.min(header.segment_bytes), buf);
+        let slot = slot_at(slots, last).slot;
+        // The header at the stop, read only where the stop may hide a
+        // frame: damage in place, or a stale salt (an earlier use's frame,
+        // or this one's with its salt damaged, and maybe its LSN too).
+        let suspect = stop.may_be_damage() || stop == StopReason::StaleSalt;
+        let at_stop = match suspect {
+            true => raw_header_at(reader, &header, stop_lsn)?,
+            false => None,
+        };
         let in_place = stop.may_be_damage()
-            || (stop == StopReason::StaleSalt && names_position(&mut reader, &header, stop_lsn)?);
-        // A stale salt whose LSN was damaged too still has a length: one
-        // frame read follows it (only frames with this use's salt count).
-        if in_place || stop == StopReason::StaleSalt {
-            if let Some(next) = next_by_length(&mut reader, &header, stop_lsn)? {
-                if let Some(w) = walk_for_witness(&mut reader, &header, next, threshold)?.0 {
-                    return Ok(Some(damage(w, slot.slot, &header)));
-                }
+            || (stop == StopReason::StaleSalt && at_stop.is_some_and(|h| h.lsn == stop_lsn));
+        if let Some(next) = at_stop.and_then(|h| next_by_length(&header, stop_lsn, &h)) {
+            if let Some(w) = walk_for_witness(reader, &header, next, threshold)?.0 {
+                return Ok(Some(damage(w, slot, &header)));
             }
         }
         for (i, later) in later_uses(slots, &header) {
@@ -480,8 +512,8 @@ fn find_witness(
             }
         }
         if in_place && header.frames == FrameFormat::V3 {
-            if let Some(w) = scan_for_witness(&mut reader, &header, stop_lsn, threshold)? {
-                return Ok(Some(damage(w, slot.slot, &header)));
+            if let Some(w) = scan_for_witness(reader, &header, stop_lsn, threshold)? {
+                return Ok(Some(damage(w, slot, &header)));
             }
         }
     }
@@ -529,18 +561,17 @@ fn headerless_uses(slots: &[ScannedSlot]) -> Result<Vec<(usize, SegmentHeader)>>
     let mut out = Vec::new();
     let header_bytes = FrameFormat::V3.header_bytes();
     for (i, s) in slots.iter().enumerate() {
-        let segment_bytes = s.len_bytes - s.len_bytes % HEADER_BLOCK_BYTES;
         if s.header.is_some() || s.unreadable_version.is_some() {
             continue;
         }
+        let segment_bytes = s.len_bytes - s.len_bytes % HEADER_BLOCK_BYTES;
         if !super::segment::is_valid_segment_bytes(segment_bytes) {
             continue;
         }
-        let mut raw = [0u8; MAX_FRAME_HEADER_BYTES];
-        let Some(raw) = raw.get_mut(..header_bytes) else {
+        let mut r = UseReader::with_chunk(&*s.file, segment_bytes, Vec::new(), PROBE_CHUNK_BYTES);
+        let Some(raw) = r.bytes(HEADER_BLOCK_BYTES, header_bytes)? else {
             continue;
         };
-        s.file.read_at(HEADER_BLOCK_BYTES, raw)?;
         let frame = FrameHeader::parse(raw, FrameFormat::V3);
         let plausible = frame.lsn >= FIRST_LSN
             && frame.salt != 0
@@ -566,7 +597,6 @@ fn headerless_uses(slots: &[ScannedSlot]) -> Result<Vec<(usize, SegmentHeader)>>
         // Only a first frame that is whole (crc included) rebuilds a
         // header: garbage must not decide anything, such as where a
         // salvaged log continues (`log_limit`).
-        let mut r = UseReader::with_chunk(&*s.file, segment_bytes, Vec::new(), PROBE_CHUNK_BYTES);
         if next_frame(&mut r, &pseudo, frame.lsn)?.is_ok() {
             out.push((i, pseudo));
         }
@@ -620,25 +650,11 @@ fn raw_header_at(
     Ok(raw.map(|raw| FrameHeader::parse(raw, header.frames)))
 }
 
-/// True if the header at `lsn` names `lsn` as its position (a frame of
-/// this place whose salt was damaged, not a stale frame of an earlier use,
-/// whose LSNs are all lower).
-fn names_position(reader: &mut UseReader<'_>, header: &SegmentHeader, lsn: Lsn) -> Result<bool> {
-    Ok(raw_header_at(reader, header, lsn)?.is_some_and(|h| h.lsn == lsn))
-}
-
-/// Where the next frame would start if the length field of the header at
-/// `lsn` is right (`None` if that is past the use).
-fn next_by_length(
-    reader: &mut UseReader<'_>,
-    header: &SegmentHeader,
-    lsn: Lsn,
-) -> Result<Option<Lsn>> {
-    let Some(h) = raw_header_at(reader, header, lsn)? else {
-        return Ok(None);
-    };
-    let next = lsn.0 + header.frames.header_bytes() as u64 + u64::from(h.len);
-    Ok((next < header.limit_lsn().0).then_some(Lsn(next)))
+/// Where the next frame would start if the length field of `at`, the
+/// header found at `lsn`, is right (`None` if that is past the use).
+fn next_by_length(header: &SegmentHeader, lsn: Lsn, at: &FrameHeader) -> Option<Lsn> {
+    let next = lsn.0 + header.frames.header_bytes() as u64 + u64::from(at.len);
+    (next < header.limit_lsn().0).then_some(Lsn(next))
 }
 
 /// Searches the rest of `header`'s use after `stop` for frames carrying
@@ -704,9 +720,15 @@ fn scan_for_witness(
 /// Proven damage: an error unless salvaging, and then an error too if
 /// the log could not continue past it (a use claiming LSNs next to the
 /// counters' limit: the new log's segment headers would not be valid).
-fn salvaged(damage: LogDamage, salvage: bool, summary: &ReplaySummary) -> Result<LogDamage> {
+fn salvaged(damage: LogDamage, salvage: bool) -> Result<LogDamage> {
     if !salvage {
-        return Err(damage_error(&damage, summary));
+        return Err(Error::Corrupted {
+            what: format!(
+                "{damage}; nothing was changed (the `salvage_damaged_wal` option opens the \
+                 log up to the damage, losing them)"
+            ),
+            location: damage.stop_at,
+        });
     }
     let room = damage.log_limit.0.checked_add(MAX_SEGMENT_BYTES);
     if room.is_none_or(|end| end > COUNTER_LIMIT) {
@@ -720,21 +742,6 @@ fn salvaged(damage: LogDamage, salvage: bool, summary: &ReplaySummary) -> Result
         });
     }
     Ok(damage)
-}
-
-/// The `Corrupted` error for damage replay proved.
-fn damage_error(d: &LogDamage, summary: &ReplaySummary) -> Error {
-    let at = (summary.stopped_at.clone()).unwrap_or(Location::Other("the WAL".into()));
-    Error::Corrupted {
-        what: format!(
-            "WAL frame at LSN {} is damaged ({:?}), but the frame at LSN {} ({}) records \
-             that the log was durable up to LSN {}: the commits from LSN {} on were \
-             acknowledged and cannot be replayed; nothing was changed (the \
-             `salvage_damaged_wal` option opens the log up to the damage, losing them)",
-            d.stop_lsn.0, d.stop, d.witness_lsn.0, d.witness_at, d.synced.0, d.stop_lsn.0
-        ),
-        location: at,
-    }
 }
 
 fn file_offset(header: &SegmentHeader, lsn: Lsn) -> u64 {
