@@ -216,8 +216,13 @@ static ZEROS: [u8; MAX_PAGE_SIZE] = [0; MAX_PAGE_SIZE];
 /// A new run holding a copy of `bytes`.
 pub fn page_from_slice(bytes: &[u8]) -> PageOwned {
     let header = HeaderWithLength::new(PageMeta::default(), bytes.len());
-    let shared = triomphe::Arc::from_header_and_slice(header, bytes);
-    match triomphe::Arc::try_unique(shared) {
+    just_allocated(triomphe::Arc::from_header_and_slice(header, bytes))
+}
+
+/// A run this thread just allocated, as the unique owner it is (triomphe
+/// builds header-slices only as shared `Arc`s).
+fn just_allocated(run: PageRef) -> PageOwned {
+    match triomphe::Arc::try_unique(run) {
         Ok(owned) => owned,
         Err(_) => unreachable!("a run just allocated is shared"),
     }
@@ -250,12 +255,8 @@ pub trait PageBytes {
             None => {
                 // Large runs: one filling pass, no zeroed copy to copy from.
                 let header = HeaderWithLength::new(PageMeta::default(), len);
-                let run =
-                    triomphe::Arc::from_header_and_iter(header, std::iter::repeat_n(0u8, len));
-                match triomphe::Arc::try_unique(run) {
-                    Ok(owned) => owned,
-                    Err(_) => unreachable!("a run just allocated is shared"),
-                }
+                let zeros = std::iter::repeat_n(0u8, len);
+                just_allocated(triomphe::Arc::from_header_and_iter(header, zeros))
             }
         }
     }
