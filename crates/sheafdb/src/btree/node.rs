@@ -413,10 +413,14 @@ impl<'a> NodeRef<'a> {
     /// gets none (its searches read the bytes and report the damage).
     pub fn build_index(&self) {
         self.page.index_or(|_| {
-            (0..self.count)
-                .map(|i| self.key_at(i).ok().map(key_prefix))
-                .collect::<Option<Vec<u64>>>()
-                .map(Vec::into_boxed_slice)
+            // Sized once: collecting through `Option` loses the length, and
+            // growing by doubling reallocated five or six times per page
+            // (16 % of a checkpoint's time, in glibc's `realloc`).
+            let mut ix = Vec::with_capacity(self.count);
+            for i in 0..self.count {
+                ix.push(key_prefix(self.key_at(i).ok()?));
+            }
+            Some(ix.into_boxed_slice())
         });
     }
 
