@@ -164,6 +164,7 @@ fn probe(table: TableId, pos: Pos<'_>, rev: u64) -> Probe<'_> {
 }
 
 /// One write buffer of a CF.
+#[derive(Default)]
 pub struct MemBuffer {
     map: SkipMap<BufKey, Slot>,
     bytes: AtomicU64,
@@ -275,28 +276,6 @@ struct Newest {
     slot: Slot,
 }
 
-impl Default for MemBuffer {
-    fn default() -> Self {
-        MemBuffer::new()
-    }
-}
-
-/// Entries from which a dropped buffer is freed on the reclaim thread
-/// ([`super::reclaim`]); a smaller one frees in well under a millisecond.
-pub const RECLAIM_FROM: u64 = 16_384;
-
-impl Drop for MemBuffer {
-    /// A large buffer's map and key index (nearly all of its allocations)
-    /// are freed on the reclaim thread.
-    fn drop(&mut self) {
-        if self.entries() >= RECLAIM_FROM {
-            let map = std::mem::take(&mut self.map);
-            let index = std::mem::take(&mut self.index);
-            super::reclaim::drop_later((map, index));
-        }
-    }
-}
-
 impl std::fmt::Debug for MemBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemBuffer")
@@ -314,22 +293,12 @@ impl MemBuffer {
     /// An empty, writable buffer.
     pub fn new() -> MemBuffer {
         MemBuffer {
-            map: SkipMap::new(),
-            bytes: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
-            newest: AtomicU64::new(0),
             oldest: AtomicU64::new(u64::MAX),
-            frozen: AtomicBool::new(false),
-            filter: KeyFilter::default(),
-            index: papaya::HashMap::default(),
-            indexing: AtomicBool::new(false),
-            complete: AtomicBool::new(false),
-            backfill: parking_lot::Mutex::new(Backfill::Off),
             index_from: INDEX_FROM,
             backfill_chunk: BACKFILL_CHUNK,
-            index_hint: 0,
             #[cfg(test)]
             index_mask: u64::MAX,
+            ..MemBuffer::default()
         }
     }
 
@@ -338,15 +307,14 @@ impl MemBuffer {
     /// a workload as busy as the last one never grows it (growing moves
     /// every entry while commits wait). Nothing is allocated before then.
     pub fn after(prev: &MemBuffer) -> MemBuffer {
-        let mut b = MemBuffer::new();
-        b.index_hint = prev.index.len() as u64;
-        b.index_from = prev.index_from;
-        b.backfill_chunk = prev.backfill_chunk;
-        #[cfg(test)]
-        {
-            b.index_mask = prev.index_mask;
+        MemBuffer {
+            index_hint: prev.index.len() as u64,
+            index_from: prev.index_from,
+            backfill_chunk: prev.backfill_chunk,
+            #[cfg(test)]
+            index_mask: prev.index_mask,
+            ..MemBuffer::new()
         }
-        b
     }
 
     /// A buffer that indexes its keys from `from` entries on, walking
@@ -355,11 +323,12 @@ impl MemBuffer {
     /// others, and reads must then seek the skip list).
     #[cfg(test)]
     pub fn with_index(from: u64, chunk: u64, bits: u32) -> MemBuffer {
-        let mut b = MemBuffer::new();
-        b.index_from = from;
-        b.backfill_chunk = chunk;
-        b.index_mask = u64::MAX >> (64 - bits);
-        b
+        MemBuffer {
+            index_from: from,
+            backfill_chunk: chunk,
+            index_mask: u64::MAX >> (64 - bits),
+            ..MemBuffer::new()
+        }
     }
 
     /// True once every write is in the key index.

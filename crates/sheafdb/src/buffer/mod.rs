@@ -11,8 +11,6 @@
 //!   read of a key the buffer lacks skips the skip list;
 //! - [`write_set::WriteSet`]: a write transaction's private ordered writes
 //!   and per-table entry-count deltas;
-//! - [`reclaim`]: freeing large buffers on a thread of their own, so
-//!   whoever drops the last reference (a folder, a reader) does not pay;
 //! - [`merge`]: the double-ended merged view over a write set, buffers
 //!   (newest first) and a tree, where the first layer that knows a key
 //!   decides it and a tombstone hides every older layer.
@@ -32,7 +30,6 @@
 pub mod filter;
 pub mod mem;
 pub mod merge;
-pub mod reclaim;
 pub mod write_set;
 
 #[cfg(test)]

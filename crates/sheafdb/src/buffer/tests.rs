@@ -249,37 +249,6 @@ fn buffer_figures_follow_inserts() {
     assert!(buf.is_frozen());
 }
 
-/// Small and large buffers free every entry when dropped: a large one on
-/// the reclaim thread (so the wait), with its key index as well.
-#[test]
-fn dropped_buffers_free_every_entry() {
-    use super::mem::RECLAIM_FROM;
-    for n in [10, RECLAIM_FROM, RECLAIM_FROM + RECLAIM_FROM / 2] {
-        let value: Arc<[u8]> = Arc::from(&b"v"[..]);
-        let key: Arc<[u8]> = Arc::from(&b"shared key"[..]);
-        let buf = MemBuffer::with_index(n / 2, 1, 64);
-        for i in 0..n {
-            let k: Arc<[u8]> = if i == 0 {
-                key.clone()
-            } else {
-                Arc::from(&i.to_be_bytes()[..])
-            };
-            buf.insert(T1, k, Version(i + 1), Some(value.clone()));
-        }
-        assert!(buf.index_complete(), "{n}: the index was not filled");
-        assert!(Arc::strong_count(&value) > n as usize, "{n}");
-        drop(buf);
-        let start = std::time::Instant::now();
-        while (Arc::strong_count(&value) > 1 || Arc::strong_count(&key) > 1)
-            && start.elapsed() < std::time::Duration::from_secs(60)
-        {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert_eq!(Arc::strong_count(&value), 1, "{n}: values still held");
-        assert_eq!(Arc::strong_count(&key), 1, "{n}: a key still held");
-    }
-}
-
 #[test]
 #[should_panic(expected = "versions went backwards")]
 fn a_buffer_refuses_an_older_version() {
