@@ -230,10 +230,14 @@ impl DbShared {
                 shared.poison(e);
             }
         };
-        t.flusher = Some(
-            self.wal()
-                .start_flusher(self.options.sync_interval, Box::new(on_error))?,
-        );
+        // Spare segments are background work like checkpoints: off with
+        // them, so a test that turns them off sees no file made unasked.
+        let spares = self.options.background_checkpoints;
+        t.flusher = Some(self.wal().start_flusher(
+            self.options.sync_interval,
+            spares,
+            Box::new(on_error),
+        )?);
         if self.options.background_checkpoints {
             let weak = Arc::downgrade(self);
             t.checkpointer = Some(
@@ -417,7 +421,9 @@ impl Builder {
     }
 
     /// Turns the background checkpoint thread off (checkpoints then run on
-    /// `checkpoint()`, past the hard dirty limit, and at close).
+    /// `checkpoint()`, past the hard dirty limit, and at close), and with
+    /// it the other background file work: spare WAL segments made ahead of
+    /// need (a segment switch then creates its file itself).
     pub fn background_checkpoints(mut self, on: bool) -> Self {
         self.options.background_checkpoints = on;
         self

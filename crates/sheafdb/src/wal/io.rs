@@ -115,6 +115,20 @@ impl SegmentIo {
             .ok_or_else(|| io::Error::other(format!("WAL segment slot {slot} is not open")))
     }
 
+    /// Opens slot `slot`'s file if this value has no handle on it (a
+    /// spare made by `make_spare`, which keeps none).
+    fn open_existing(&mut self, slot: usize) -> io::Result<()> {
+        if self.files.get(slot).is_some_and(Option::is_some) {
+            return Ok(());
+        }
+        let file = (self.vfs).open(&segment_name(&self.db_name, slot), OpenMode::Existing)?;
+        if self.files.len() <= slot {
+            self.files.resize(slot + 1, None);
+        }
+        self.files[slot] = Some(file);
+        Ok(())
+    }
+
     fn mark_dirty(&mut self, slot: usize) {
         if !self.dirty.contains(&slot) {
             self.dirty.push(slot);
@@ -143,6 +157,7 @@ impl SegmentIo {
         if preallocate {
             return self.preallocate(slot, &block, header.segment_bytes);
         }
+        self.open_existing(slot)?;
         self.file(slot)?.write_at(0, &block)?;
         self.mark_dirty(slot);
         Ok(())
@@ -168,16 +183,7 @@ impl SegmentIo {
         }
         let file = Arc::clone(self.file(slot)?);
         file.write_at(0, header_block)?;
-        let zeros = vec![0u8; PREALLOCATE_CHUNK_BYTES as usize];
-        let mut pos = HEADER_BLOCK_BYTES;
-        while pos < segment_bytes {
-            let n = (segment_bytes - pos).min(PREALLOCATE_CHUNK_BYTES);
-            file.write_at(pos, &zeros[..n as usize])?;
-            pos += n;
-        }
-        if file.len()? != segment_bytes {
-            file.set_len(segment_bytes)?;
-        }
+        zero_fill(&*file, HEADER_BLOCK_BYTES, segment_bytes)?;
         file.sync_data()?;
         if created {
             self.vfs.sync_dir()?;
@@ -200,4 +206,40 @@ impl SegmentIo {
         self.mark_dirty(run.slot);
         Ok(())
     }
+}
+
+/// Makes slot `slot`'s file of `db_name` a spare segment: created (or
+/// reused, if a file of no use has the name), `segment_bytes` of zeros
+/// (no header: open takes it for a free file of that size), synced, and
+/// its directory entry synced. Keeps no handle on it.
+pub(crate) fn make_spare(
+    vfs: &dyn Vfs,
+    db_name: &str,
+    slot: usize,
+    segment_bytes: u64,
+) -> io::Result<()> {
+    debug_assert!(
+        super::segment::is_valid_segment_bytes(segment_bytes),
+        "a spare of an invalid size"
+    );
+    let file = vfs.open(&segment_name(db_name, slot), OpenMode::OpenOrCreate)?;
+    zero_fill(&*file, 0, segment_bytes)?;
+    file.sync_data()?;
+    vfs.sync_dir()
+}
+
+/// Writes zeros over `from .. to` of `file` and makes it exactly `to`
+/// bytes long.
+fn zero_fill(file: &dyn Storage, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; PREALLOCATE_CHUNK_BYTES as usize];
+    let mut pos = from;
+    while pos < to {
+        let n = (to - pos).min(PREALLOCATE_CHUNK_BYTES);
+        file.write_at(pos, &zeros[..n as usize])?;
+        pos += n;
+    }
+    if file.len()? != to {
+        file.set_len(to)?;
+    }
+    Ok(())
 }

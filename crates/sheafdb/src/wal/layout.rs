@@ -52,6 +52,13 @@ pub(crate) struct SlotMeta {
     pub bytes: u64,
     /// The live use it holds, if any.
     pub holds: Option<UseMeta>,
+    /// A file operation outside the step queue is under way on this slot
+    /// number (a spare being made, a given-back file being deleted): no
+    /// new use or spare may take the number until it ends.
+    pub busy: bool,
+    /// A spare made ahead of need ([`Layout::reserve_spare`]) that no use
+    /// has taken yet (its first use counts as a creation, not a recycle).
+    pub spare: bool,
 }
 
 impl SlotMeta {
@@ -181,6 +188,9 @@ pub(crate) struct Layout {
     pub switches: SwitchCounts,
     /// Slot numbers must stay below this ([`MAX_SLOTS`]; lower in tests).
     max_slots: usize,
+    /// Start of the open use a spare failed for: no other try until the
+    /// next use (a full disk is not written to again every tick).
+    spare_failed_for: Option<Lsn>,
 }
 
 /// How a recovered log continues (built by open from the replay result).
@@ -220,6 +230,7 @@ impl Layout {
             pending: Vec::new(),
             switches: SwitchCounts::default(),
             max_slots: MAX_SLOTS,
+            spare_failed_for: None,
         }
     }
 
@@ -390,10 +401,15 @@ impl Layout {
             frames: FrameFormat::V3,
         };
         let meta = &mut self.slots[slot];
-        if meta.exists {
-            self.switches.recycled += 1;
-        } else {
+        debug_assert!(
+            !meta.busy,
+            "a use switched to a slot under a file operation"
+        );
+        if !meta.exists {
             self.switches.created += 1;
+        } else if !meta.spare {
+            // (A spare was counted as created when it was made.)
+            self.switches.recycled += 1;
         }
         let preallocate = meta.bytes != bytes;
         *meta = SlotMeta {
@@ -404,6 +420,8 @@ impl Layout {
                 start,
                 end: None,
             }),
+            busy: false,
+            spare: false,
         };
         self.pending.push(Step::Begin {
             slot,
@@ -443,11 +461,7 @@ impl Layout {
         // A free file too small (or of no valid size) is preallocated
         // again to the next size, before a new slot number is taken.
         let regrown = (self.slots.iter()).position(|s| s.exists && s.is_free(released));
-        let slot = regrown.unwrap_or_else(|| {
-            (self.slots.iter())
-                .position(|s| !s.exists)
-                .unwrap_or(self.slots.len())
-        });
+        let slot = regrown.unwrap_or_else(|| self.unused_slot());
         if slot >= self.max_slots {
             return None;
         }
@@ -462,6 +476,103 @@ impl Layout {
         );
         self.next_new_bytes = bytes.saturating_mul(2).min(self.sizes.max_bytes);
         Some((slot, bytes))
+    }
+
+    /// The lowest slot number with no file and no file operation under
+    /// way (`slots.len()` if none).
+    fn unused_slot(&self) -> usize {
+        (self.slots.iter())
+            .position(|s| !s.exists && !s.busy)
+            .unwrap_or(self.slots.len())
+    }
+
+    /// Reserves a slot number for a spare segment file, made ahead of the
+    /// next switch outside the lock ([`super::Wal::prepare_spare`]), so
+    /// that switch recycles instead of creating and zero-filling a file
+    /// while commits wait. Returns the slot and the file's size (the next
+    /// new size) when the open use is at least half full, no free file
+    /// exists that the switch could take, no spare is being made, and no
+    /// spare failed for this use; `None` otherwise.
+    pub fn reserve_spare(&mut self) -> Option<(usize, u64)> {
+        let open = self.open?;
+        let used = self.next_lsn.0 - open.start.0;
+        let room = open.limit.0 - open.start.0;
+        if used < room / 2 || self.spare_failed_for == Some(open.start) {
+            return None;
+        }
+        let released = self.released_lsn;
+        let takeable = |s: &SlotMeta| s.exists && s.bytes > 0 && s.is_free(released);
+        if self.slots.iter().any(|s| s.busy || takeable(s)) {
+            return None;
+        }
+        let slot = self.unused_slot();
+        if slot >= self.max_slots {
+            return None;
+        }
+        if slot == self.slots.len() {
+            self.slots.push(SlotMeta::default());
+        }
+        let bytes = self.next_new_bytes;
+        debug_assert!(
+            bytes.is_multiple_of(HEADER_BLOCK_BYTES) && bytes <= self.sizes.max_bytes,
+            "a spare of an invalid size"
+        );
+        self.next_new_bytes = bytes.saturating_mul(2).min(self.sizes.max_bytes);
+        self.slots[slot].busy = true;
+        Some((slot, bytes))
+    }
+
+    /// Whether a spare would be reserved now (`Some(true)`), or not yet
+    /// because the open use is under half full (`Some(false)`); `None`
+    /// with no open use. Changes nothing.
+    #[cfg(test)]
+    pub fn reserve_spare_is_due(&self) -> Option<bool> {
+        let open = self.open?;
+        let used = self.next_lsn.0 - open.start.0;
+        Some(used >= (open.limit.0 - open.start.0) / 2)
+    }
+
+    /// Start of the open use, if any.
+    #[cfg(test)]
+    pub fn open_start(&self) -> Option<Lsn> {
+        self.open.map(|o| o.start)
+    }
+
+    /// The spare reserved in `slot` was made (`made`: the file exists,
+    /// `bytes` long, zero-filled and durable, its directory entry too) or
+    /// not (then the number is free again, and no other spare is tried
+    /// during the open use).
+    pub fn spare_done(&mut self, slot: usize, bytes: u64, made: bool) {
+        let s = &mut self.slots[slot];
+        debug_assert!(
+            s.busy && !s.exists,
+            "a spare finished in a slot not reserved for one"
+        );
+        s.busy = false;
+        if made {
+            *s = SlotMeta {
+                exists: true,
+                bytes,
+                holds: None,
+                busy: false,
+                spare: true,
+            };
+            self.switches.created += 1;
+        } else {
+            self.spare_failed_for = self.open.map(|o| o.start);
+        }
+    }
+
+    /// Marks the slots `give_back` returned as under deletion (`busy`) or,
+    /// once their files are gone, no longer.
+    pub fn set_deleting(&mut self, slots: &[usize], deleting: bool) {
+        for &i in slots {
+            debug_assert!(
+                !self.slots[i].exists,
+                "a file being deleted is still counted"
+            );
+            self.slots[i].busy = deleting;
+        }
     }
 
     /// Closes the open use at the end of the log if the whole log is
@@ -745,6 +856,80 @@ mod tests {
         l.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
         l.push(PreparedFrame::new(&big), Lsn(0)).unwrap();
         assert!(l.slot_files() >= 2);
+    }
+
+    /// A spare is reserved once the open use is half full and no free
+    /// file could take the next use; the switch then recycles it (no
+    /// preallocation, counted once as created); a failed spare is not
+    /// retried in the same use; a number under deletion is never taken.
+    #[test]
+    fn spares_are_made_ahead_and_taken_by_the_next_switch() {
+        let sizes = SegmentSizes {
+            min_bytes: 4 * HEADER_BLOCK_BYTES,
+            max_bytes: 16 * HEADER_BLOCK_BYTES,
+        };
+        let mut l = empty(sizes);
+        let small = vec![1u8; 100];
+        assert_eq!(l.reserve_spare(), None, "no open use yet");
+        l.push(PreparedFrame::new(&small), Lsn(0)).unwrap();
+        let b = begins(&l.take_pending());
+        assert_eq!(b.len(), 1);
+        assert_eq!(l.reserve_spare(), None, "the use is nearly empty");
+        // Past half of the first use's room (3 blocks of frames).
+        let third = vec![2u8; 4000];
+        l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+        l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+        let created = l.switches.created;
+        let (slot, bytes) = l.reserve_spare().expect("a spare is due");
+        assert_eq!(bytes, 8 * HEADER_BLOCK_BYTES, "the next new size");
+        assert_eq!(l.reserve_spare(), None, "one spare at a time");
+        assert_eq!(l.slot_files(), 1, "a spare being made is not a file yet");
+        l.spare_done(slot, bytes, true);
+        assert_eq!(l.switches.created, created + 1);
+        assert_eq!(l.reserve_spare(), None, "a free file exists");
+        // Fill the use: the switch takes the spare without preallocating.
+        while l
+            .take_pending()
+            .iter()
+            .all(|s| matches!(s, Step::Frames(_)))
+        {
+            l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+        }
+        let b = begins(&l.pending);
+        assert!(b.is_empty(), "steps were taken above");
+        assert_eq!(
+            l.open.map(|o| o.slot),
+            Some(slot),
+            "the switch took the spare"
+        );
+        assert_eq!(l.slots[slot].bytes, bytes);
+        assert!(!l.slots[slot].spare, "a used spare is no longer one");
+        assert_eq!(
+            l.switches.created,
+            created + 1,
+            "no file created at the switch"
+        );
+        assert_eq!(l.switches.recycled, 0, "a spare's first use is no recycle");
+
+        // A failed spare: nothing is counted, and no retry in this use.
+        for _ in 0..5 {
+            l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+        }
+        let (slot2, bytes2) = l.reserve_spare().expect("a spare is due again");
+        assert_ne!(slot2, slot);
+        l.spare_done(slot2, bytes2, false);
+        assert!(!l.slots[slot2].exists && !l.slots[slot2].busy);
+        assert_eq!(l.reserve_spare(), None, "retried in the use it failed in");
+
+        // A number under deletion is neither a spare's nor a new use's.
+        l.set_deleting(&[slot2], true);
+        assert_ne!(
+            l.unused_slot(),
+            slot2,
+            "a number under deletion was offered"
+        );
+        l.set_deleting(&[slot2], false);
+        assert_eq!(l.unused_slot(), slot2);
     }
 
     /// An idle log gives back its open file too, once every record is

@@ -903,7 +903,7 @@ fn flusher_syncs_eventual_commits_and_stops_on_drop() {
     let (wal, _, _) = open_collect(Arc::new(MemVfs::new()), SEG, Lsn(0));
     let wal = Arc::new(wal);
     let handle = wal
-        .start_flusher(Duration::from_millis(2), Box::new(|_| {}))
+        .start_flusher(Duration::from_millis(2), false, Box::new(|_| {}))
         .unwrap();
     let (_, end) = wal.append(b"eventual").unwrap();
     wal.wait_written(end).unwrap();
@@ -921,7 +921,7 @@ fn flusher_syncs_eventual_commits_and_stops_on_drop() {
 
     // The flusher does not keep the WAL alive, and exits once it is gone.
     let handle = wal
-        .start_flusher(Duration::from_millis(1), Box::new(|_| {}))
+        .start_flusher(Duration::from_millis(1), false, Box::new(|_| {}))
         .unwrap();
     let weak = Arc::downgrade(&wal);
     drop(wal);
@@ -1487,5 +1487,88 @@ fn no_damage_is_reported_over_crash_cycles() {
     // checkpoints, give-backs and retirements, with the marks advancing.
     for seed in 0..200 {
         crash_cycles(seed, 8);
+    }
+}
+
+// ---------------------------------------------------------------- spares
+
+/// A log whose open use is past half full, every record durable.
+fn half_full_log(sim: &SimVfs) -> (Wal, Records) {
+    let (wal, _, _) = open_collect(sim_arc(sim), SEG, Lsn(0));
+    let mut all = Records::new();
+    while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
+        all.extend(append_n(&wal, all.len() as u64, 1, &[700]));
+    }
+    (wal, all)
+}
+
+/// A spare is made ahead of the switch, the switch takes it (no file made
+/// while commits wait), and a crash at any operation of its making, or a
+/// failed one, loses no durable record, poisons nothing, and leaves a
+/// log that reopens, continues and reopens again with every record.
+#[test]
+fn spares_are_taken_by_the_switch_and_safe_at_every_step_of_their_making() {
+    // Unfaulted: the spare is made, then taken.
+    let sim = SimVfs::new();
+    let (wal, mut all) = half_full_log(&sim);
+    let files = wal.segment_files();
+    let ops = sim.op_count();
+    assert!(wal.prepare_spare().unwrap(), "no spare was made");
+    let spare_ops = sim.op_count() - ops;
+    // Open, zero-fill, sync, directory sync at least.
+    assert!(spare_ops >= 4, "{spare_ops} operations made a spare");
+    assert_eq!(wal.segment_files(), files + 1);
+    assert!(!wal.prepare_spare().unwrap(), "a second spare for one use");
+    let created = wal.stats().segments_created;
+    let before = wal.state.lock().layout.next_lsn;
+    let mut tag = 10_000;
+    while wal.segment_files() == files + 1 && wal.stats().segments_recycled == 0 {
+        all.extend(append_n(&wal, tag, 1, &[700]));
+        tag += 1;
+        let switched = wal.state.lock().layout.open_start() > Some(before);
+        if switched {
+            break;
+        }
+    }
+    assert!(
+        wal.state.lock().layout.open_start() > Some(before),
+        "the log never switched"
+    );
+    assert_eq!(
+        wal.stats().segments_created,
+        created,
+        "the switch made a file"
+    );
+    assert_eq!(wal.segment_files(), files + 1, "the switch made a file");
+    drop(wal);
+    check_reopen_cycle(sim_arc(&sim), SEG, &all, "after the spare was taken");
+
+    // A fault at each operation of the making, then a crash.
+    for n in 1..=spare_ops {
+        for policy in [
+            CrashPolicy::Random,
+            CrashPolicy::DropAll,
+            CrashPolicy::KeepAll,
+        ] {
+            let ctx = format!("fault at spare op {n}, {policy:?}");
+            let sim = SimVfs::new();
+            let (wal, mut all) = half_full_log(&sim);
+            sim.fail_from(n, Fault::Eio);
+            assert!(
+                wal.prepare_spare().is_err(),
+                "{ctx}: the fault was not seen"
+            );
+            sim.clear_faults();
+            assert!(!wal.is_poisoned(), "{ctx}: a failed spare poisoned the log");
+            assert!(
+                !wal.prepare_spare().unwrap(),
+                "{ctx}: retried in the same use"
+            );
+            // Commits go on, across the switch.
+            all.extend(append_n(&wal, 20_000, 30, &[700]));
+            let image = sim.crash_with(n, policy);
+            drop(wal);
+            check_reopen_cycle(sim_arc(&image), SEG, &all, &ctx);
+        }
     }
 }
