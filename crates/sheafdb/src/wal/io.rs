@@ -116,17 +116,19 @@ impl SegmentIo {
     }
 
     /// Opens slot `slot`'s file if this value has no handle on it (a
-    /// spare made by `make_spare`, which keeps none).
-    fn open_existing(&mut self, slot: usize) -> io::Result<()> {
+    /// spare made by `make_spare`, which keeps none: every other file is
+    /// opened at open or created by `preallocate`). Returns whether it
+    /// opened it now.
+    fn open_existing(&mut self, slot: usize) -> io::Result<bool> {
         if self.files.get(slot).is_some_and(Option::is_some) {
-            return Ok(());
+            return Ok(false);
         }
         let file = (self.vfs).open(&segment_name(&self.db_name, slot), OpenMode::Existing)?;
         if self.files.len() <= slot {
             self.files.resize(slot + 1, None);
         }
         self.files[slot] = Some(file);
-        Ok(())
+        Ok(true)
     }
 
     fn mark_dirty(&mut self, slot: usize) {
@@ -157,7 +159,18 @@ impl SegmentIo {
         if preallocate {
             return self.preallocate(slot, &block, header.segment_bytes);
         }
-        self.open_existing(slot)?;
+        if self.open_existing(slot)? {
+            // A spare's first use: the file holds no older header to fall
+            // back on, so this one is made durable before any later use's
+            // header can be, as a preallocated file's is. Otherwise a crash
+            // could keep the next use's header (recycled elsewhere) and
+            // lose this one, and open would find a log that starts past
+            // its replay start (review finding; `wal::tests::
+            // a_crash_after_a_spare_is_taken_keeps_the_log_openable`).
+            let file = self.file(slot)?;
+            file.write_at(0, &block)?;
+            return file.sync_data();
+        }
         self.file(slot)?.write_at(0, &block)?;
         self.mark_dirty(slot);
         Ok(())

@@ -491,18 +491,14 @@ impl Layout {
             .unwrap_or(self.slots.len())
     }
 
-    /// Reserves a slot number for a spare segment file, made ahead of the
-    /// next switch outside the lock ([`super::Wal::prepare_spare`]), so
-    /// that switch recycles instead of creating and zero-filling a file
-    /// while commits wait. Returns the slot and the file's size (the next
-    /// new size) when the open use is at least half full, no free file
-    /// exists that the switch could take, no spare is being made, and no
-    /// spare failed for this use; `None` otherwise. Not for a use that
-    /// one record filled (an import): no commit may follow it, and a
-    /// spare the size of the working set would then triple the footprint
-    /// the import left (`sheaf-bench commit`'s size after 100,000 rows went
-    /// from 18.5 to 50.5 MiB); the next commit, if any, makes its file.
-    pub fn reserve_spare(&mut self) -> Option<(usize, u64)> {
+    /// True if [`Layout::reserve_spare`] would reserve one now.
+    pub fn spare_due(&self) -> bool {
+        self.spare_target().is_some()
+    }
+
+    /// The slot number a spare would be made under now, if one is due
+    /// (the conditions of [`Layout::reserve_spare`]).
+    fn spare_target(&self) -> Option<usize> {
         let open = self.open?;
         let used = self.next_lsn.0 - open.start.0;
         let room = open.limit.0 - open.start.0;
@@ -515,10 +511,32 @@ impl Layout {
         if self.slots.iter().any(|s| s.busy || takeable(s)) {
             return None;
         }
-        let slot = self.unused_slot();
-        if slot >= self.max_slots {
+        // A number for the spare and another for a switch that cannot
+        // wait for it: a spare must never leave the log without a number
+        // to switch to (a commit would fail with `SlotsExhausted`).
+        let unused = (self.slots.iter()).filter(|s| !s.exists && !s.busy).count()
+            + self.max_slots.saturating_sub(self.slots.len());
+        if unused < 2 {
             return None;
         }
+        let slot = self.unused_slot();
+        debug_assert!(slot < self.max_slots, "an unused number past the limit");
+        Some(slot)
+    }
+
+    /// Reserves a slot number for a spare segment file, made ahead of the
+    /// next switch outside the lock ([`super::Wal::prepare_spare`]), so
+    /// that switch recycles instead of creating and zero-filling a file
+    /// while commits wait. Returns the slot and the file's size (the next
+    /// new size) when the open use is at least half full, no free file
+    /// exists that the switch could take, no spare is being made, and no
+    /// spare failed for this use; `None` otherwise. Not for a use that
+    /// one record filled (an import): no commit may follow it, and a
+    /// spare the size of the working set would then triple the footprint
+    /// the import left (`sheaf-bench commit`'s size after 100,000 rows went
+    /// from 18.5 to 50.5 MiB); the next commit, if any, makes its file.
+    pub fn reserve_spare(&mut self) -> Option<(usize, u64)> {
+        let slot = self.spare_target()?;
         if slot == self.slots.len() {
             self.slots.push(SlotMeta::default());
         }
@@ -540,6 +558,12 @@ impl Layout {
         let open = self.open?;
         let used = self.next_lsn.0 - open.start.0;
         Some(used >= (open.limit.0 - open.start.0) / 2)
+    }
+
+    /// True while a spare is being made.
+    #[cfg(test)]
+    pub fn spare_in_progress(&self) -> bool {
+        self.slots.iter().any(|s| s.busy && !s.exists)
     }
 
     /// Start of the open use, if any.
@@ -570,6 +594,8 @@ impl Layout {
             self.switches.created += 1;
         } else {
             self.spare_failed_for = self.open.map(|o| o.start);
+            // No file of that size was made: the next one gets it.
+            self.next_new_bytes = self.next_new_bytes.min(bytes);
         }
     }
 
@@ -946,6 +972,60 @@ mod tests {
         );
         l.set_deleting(&[slot2], false);
         assert_eq!(l.unused_slot(), slot2);
+    }
+
+    /// Review finding: with every slot number but one holding a use not
+    /// yet released, a spare took the last number and the next switch
+    /// failed with `SlotsExhausted`. A spare now needs a second number.
+    #[test]
+    fn a_spare_never_takes_the_last_slot_number() {
+        let half = vec![0u8; (SEG - HEADER_BLOCK_BYTES) as usize / 2 - FRAME_HEADER_BYTES];
+        let mut l = fresh();
+        l.max_slots = 4;
+        // Three uses of two records each; the third is open and full.
+        for _ in 0..6 {
+            l.push(PreparedFrame::new(&half), Lsn(0)).unwrap();
+        }
+        l.take_pending();
+        assert_eq!(l.slot_files(), 3);
+        assert_eq!(l.reserve_spare(), None, "a spare took the last number");
+        assert!(l.push(PreparedFrame::new(b"x"), Lsn(0)).is_ok());
+        // With two numbers left, a spare takes one and the switch the other.
+        let mut l = fresh();
+        l.max_slots = 5;
+        for _ in 0..6 {
+            l.push(PreparedFrame::new(&half), Lsn(0)).unwrap();
+        }
+        let (slot, _) = l.reserve_spare().expect("a spare is due");
+        assert_eq!(slot, 3);
+        assert!(l.push(PreparedFrame::new(b"x"), Lsn(0)).is_ok());
+        assert_eq!(l.open.map(|o| o.slot), Some(4));
+    }
+
+    /// Review finding: a failed spare still doubled the next new file's
+    /// size.
+    #[test]
+    fn a_failed_spare_leaves_the_next_size_alone() {
+        let sizes = SegmentSizes {
+            min_bytes: 4 * HEADER_BLOCK_BYTES,
+            max_bytes: 64 * HEADER_BLOCK_BYTES,
+        };
+        let third = vec![2u8; 4000];
+        let next_file = |with_failed_spare: bool| {
+            let mut l = empty(sizes);
+            l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+            l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+            if with_failed_spare {
+                let (slot, bytes) = l.reserve_spare().expect("a spare is due");
+                l.spare_done(slot, bytes, false);
+            }
+            l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+            l.push(PreparedFrame::new(&third), Lsn(0)).unwrap();
+            let b = begins(&l.take_pending());
+            assert_eq!(b.len(), 2);
+            b[1].1.segment_bytes
+        };
+        assert_eq!(next_file(true), next_file(false));
     }
 
     /// An idle log gives back its open file too, once every record is

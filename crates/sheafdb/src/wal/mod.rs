@@ -500,11 +500,11 @@ impl Wal {
     /// next segment size and made durable, directory entry included,
     /// without the WAL lock, so the commit that switches recycles it
     /// instead of zero-filling a new file (a 32 MiB segment took 23 ms,
-    /// paid by one commit). Called by the flusher thread. Returns whether
-    /// it made one. A failure changes nothing durable or visible (the
-    /// file holds no use, and open takes a file without a valid header
-    /// for free space); it is returned, and no other spare is tried
-    /// during the same use.
+    /// paid by one commit). Called on a thread the flusher starts.
+    /// Returns whether it made one. A failure changes nothing durable or
+    /// visible (the file holds no use, and open takes a file without a
+    /// valid header for free space); the partial file is removed, the
+    /// error returned, and no other spare is tried during the same use.
     pub fn prepare_spare(&self) -> Result<bool> {
         if self.opts.read_only {
             return Ok(false);
@@ -520,11 +520,23 @@ impl Wal {
             }
         };
         let made = io::make_spare(&*self.vfs, &self.name, slot, bytes);
+        if made.is_err() {
+            // Best effort, while the number is still ours: a partial file
+            // the writer does not count would hold disk space until the
+            // number is used again (review finding).
+            let _ = self.vfs.remove(&segment::segment_name(&self.name, slot));
+        }
         self.state
             .lock()
             .layout
             .spare_done(slot, bytes, made.is_ok());
         made.map(|()| true).map_err(Error::Io)
+    }
+
+    /// True if [`Wal::prepare_spare`] would make a spare now.
+    pub fn spare_due(&self) -> bool {
+        let st = self.state.lock();
+        !self.opts.read_only && st.poisoned.is_none() && st.layout.spare_due()
     }
 
     /// Log bytes appended since `lsn` (frames, plus any skipped segment
@@ -595,8 +607,9 @@ impl Wal {
     /// something is unsynced (`Durability::Eventual`). It holds only a weak
     /// reference, stops when the handle is dropped (joining it) or the WAL
     /// is gone, and exits after a failed sync (the WAL is then poisoned).
-    /// With `spares`, every tick also makes a spare segment file when
-    /// one is due ([`Wal::prepare_spare`]).
+    /// With `spares`, every tick also starts a thread making a spare
+    /// segment file when one is due ([`Wal::prepare_spare`]); the flusher
+    /// joins it before it ends.
     /// `Error::Io` if the thread cannot be spawned.
     pub fn start_flusher(
         self: &Arc<Self>,
@@ -735,6 +748,9 @@ fn flusher_loop(
     spares: bool,
     on_error: &dyn Fn(&Error),
 ) {
+    // Joined on every way out, so no spare is still being written when
+    // the flusher (and so the database) is gone.
+    let mut spare = SpareWorker(None);
     loop {
         match stop.recv_timeout(interval) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -748,9 +764,46 @@ fn flusher_loop(
             }
         }
         if spares {
-            // Best effort: a failure is not a failed commit (see
-            // `Wal::prepare_spare`); the switch then makes its file itself.
-            let _ = wal.prepare_spare();
+            spare.start_if_due(&wal);
         }
+    }
+}
+
+/// The thread making a spare segment, if one runs. A spare is made on a
+/// thread of its own, not the flusher's: zero-filling 32 MiB took about
+/// 25 ms here, and `Eventual` commits must still be synced within the
+/// sync interval meanwhile (review finding: the flusher making spares
+/// itself delayed those syncs by as long).
+struct SpareWorker(Option<std::thread::JoinHandle<()>>);
+
+impl SpareWorker {
+    /// Starts a thread making a spare if one is due and none runs.
+    fn start_if_due(&mut self, wal: &Arc<Wal>) {
+        if self.0.as_ref().is_some_and(|h| !h.is_finished()) || !wal.spare_due() {
+            return;
+        }
+        self.join();
+        let wal = Arc::clone(wal);
+        // Best effort: a failure is not a failed commit (see
+        // `Wal::prepare_spare`), and neither is a thread that could not
+        // start; the switch then makes its file itself.
+        self.0 = std::thread::Builder::new()
+            .name("sheafdb-wal-spare".to_owned())
+            .spawn(move || {
+                let _ = wal.prepare_spare();
+            })
+            .ok();
+    }
+
+    fn join(&mut self) {
+        if let Some(h) = self.0.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for SpareWorker {
+    fn drop(&mut self) {
+        self.join();
     }
 }
