@@ -33,6 +33,8 @@ pub(crate) struct SegmentIo {
     sizes: Vec<u64>,
     /// Slots written since their last `sync_data`, in first-write order.
     dirty: Vec<usize>,
+    /// A use's header was written since the last `sync_dirty` (rule O11).
+    header_unsynced: bool,
 }
 
 /// What one call to [`SegmentIo::write_steps`] did, for statistics.
@@ -55,6 +57,7 @@ impl SegmentIo {
             sizes: vec![0; files.len()],
             files,
             dirty: Vec::new(),
+            header_unsynced: false,
         }
     }
 
@@ -105,6 +108,7 @@ impl SegmentIo {
             self.file(slot)?.sync_data()?;
         }
         self.dirty.clear();
+        self.header_unsynced = false;
         Ok(())
     }
 
@@ -119,16 +123,31 @@ impl SegmentIo {
     /// spare made by `make_spare`, which keeps none: every other file is
     /// opened at open or created by `preallocate`). Returns whether it
     /// opened it now.
-    fn open_existing(&mut self, slot: usize) -> io::Result<bool> {
+    fn open_existing(&mut self, slot: usize) -> io::Result<()> {
         if self.files.get(slot).is_some_and(Option::is_some) {
-            return Ok(false);
+            return Ok(());
         }
         let file = (self.vfs).open(&segment_name(&self.db_name, slot), OpenMode::Existing)?;
         if self.files.len() <= slot {
             self.files.resize(slot + 1, None);
         }
         self.files[slot] = Some(file);
-        Ok(true)
+        Ok(())
+    }
+
+    /// Rule O11: a use's header is durable before a later use's header is
+    /// written. Syncs first if a header written since the last sync is
+    /// not yet durable. Without it, power loss could keep a later use's
+    /// header and lose an earlier one's in a file with no older header
+    /// to fall back on (a spare, or a header-less file found at open),
+    /// and open would find a log starting past its replay start (review
+    /// finding; `wal::tests::a_crash_after_a_spare_is_taken_keeps_the_log_openable`).
+    fn headers_in_order(&mut self) -> io::Result<()> {
+        if self.header_unsynced {
+            self.sync_dirty()?;
+        }
+        debug_assert!(!self.header_unsynced, "a header is still unsynced");
+        Ok(())
     }
 
     fn mark_dirty(&mut self, slot: usize) {
@@ -157,22 +176,15 @@ impl SegmentIo {
         }
         self.sizes[slot] = header.segment_bytes;
         if preallocate {
+            // Its header is synced at once: earlier ones first (O11).
+            self.headers_in_order()?;
             return self.preallocate(slot, &block, header.segment_bytes);
         }
-        if self.open_existing(slot)? {
-            // A spare's first use: the file holds no older header to fall
-            // back on, so this one is made durable before any later use's
-            // header can be, as a preallocated file's is. Otherwise a crash
-            // could keep the next use's header (recycled elsewhere) and
-            // lose this one, and open would find a log that starts past
-            // its replay start (review finding; `wal::tests::
-            // a_crash_after_a_spare_is_taken_keeps_the_log_openable`).
-            let file = self.file(slot)?;
-            file.write_at(0, &block)?;
-            return file.sync_data();
-        }
+        self.open_existing(slot)?;
+        self.headers_in_order()?;
         self.file(slot)?.write_at(0, &block)?;
         self.mark_dirty(slot);
+        self.header_unsynced = true;
         Ok(())
     }
 

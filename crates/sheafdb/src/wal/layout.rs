@@ -188,9 +188,11 @@ pub(crate) struct Layout {
     pub switches: SwitchCounts,
     /// Slot numbers must stay below this ([`MAX_SLOTS`]; lower in tests).
     max_slots: usize,
-    /// Start of the open use a spare failed for: no other try until the
-    /// next use (a full disk is not written to again every tick).
-    spare_failed_for: Option<Lsn>,
+    /// Start of the open use a spare failed for, or whose unused spare
+    /// was given back: no other spare until the next use (a full disk is
+    /// not written again every tick, and an idle log does not delete and
+    /// remake its spare at every give-back).
+    no_spare_for: Option<Lsn>,
     /// Records placed in the open use.
     open_records: u64,
 }
@@ -232,7 +234,7 @@ impl Layout {
             pending: Vec::new(),
             switches: SwitchCounts::default(),
             max_slots: MAX_SLOTS,
-            spare_failed_for: None,
+            no_spare_for: None,
             open_records: 0,
         }
     }
@@ -503,7 +505,7 @@ impl Layout {
         let used = self.next_lsn.0 - open.start.0;
         let room = open.limit.0 - open.start.0;
         let busy_use = self.open_records >= 2;
-        if used < room / 2 || !busy_use || self.spare_failed_for == Some(open.start) {
+        if used < room / 2 || !busy_use || self.no_spare_for == Some(open.start) {
             return None;
         }
         let released = self.released_lsn;
@@ -593,7 +595,7 @@ impl Layout {
             };
             self.switches.created += 1;
         } else {
-            self.spare_failed_for = self.open.map(|o| o.start);
+            self.no_spare_for = self.open.map(|o| o.start);
             // No file of that size was made: the next one gets it.
             self.next_new_bytes = self.next_new_bytes.min(bytes);
         }
@@ -656,6 +658,13 @@ impl Layout {
                 break;
             }
             total -= bytes;
+            if self.slots[i].spare {
+                // An unused spare: not remade for this use (review
+                // finding: an idle log deleted and remade it at every
+                // give-back), and the next new file is its size again.
+                self.no_spare_for = self.open.map(|o| o.start);
+                self.next_new_bytes = self.next_new_bytes.min(bytes.max(self.sizes.min_bytes));
+            }
             self.slots[i] = SlotMeta::default();
             gone.push(i);
         }

@@ -1700,3 +1700,65 @@ fn a_slow_spare_does_not_delay_eventual_syncs() {
         "the flusher left a spare running"
     );
 }
+
+/// Review finding (the variant the first fix missed): a spare left by a
+/// process crash is a header-less free file at reopen; taken by the
+/// reopened log's first use, with a later use recycling another file
+/// before a sync, power loss must still leave a log that opens (rule O11:
+/// headers become durable in use order).
+#[test]
+fn a_spare_left_by_a_crash_and_taken_after_reopen_keeps_the_log_openable() {
+    let wopts = WalOptions {
+        min_segment_bytes: 8 * 1024,
+        ..opts(32 * 1024)
+    };
+    let sim = SimVfs::new();
+    let (wal, _) = open(sim_arc(&sim), DB, wopts, Lsn(0), &mut |_, _| Ok(())).unwrap();
+    let mut tag = 0;
+    while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
+        append_n(&wal, tag, 1, &[700]);
+        tag += 1;
+    }
+    assert!(wal.prepare_spare().unwrap());
+    let from = wal.next_lsn();
+    drop(wal);
+    let image = sim.process_crash();
+    let (wal, _) = open(sim_arc(&image), DB, wopts, from, &mut |_, _| Ok(())).unwrap();
+    wal.release_before(from);
+    for (i, len) in [100usize, 13_000, 13_000, 100].into_iter().enumerate() {
+        let (_, e) = wal.append(&payload(300 + i as u64, len)).unwrap();
+        wal.wait_written(e).unwrap();
+    }
+    drop(wal);
+    for seed in 0..200u64 {
+        for policy in [CrashPolicy::Random, CrashPolicy::DropAll] {
+            let crashed = image.crash_with(seed, policy);
+            let r = open(sim_arc(&crashed), DB, wopts, from, &mut |_, _| Ok(()));
+            assert!(r.is_ok(), "seed {seed}, {policy:?}: {:?}", r.err());
+        }
+    }
+}
+
+/// Review finding: an idle log's give-back deleted its unused spare and
+/// the next tick made another, at every give-back, each twice the size.
+/// A spare given back unused is not remade for the same use, and the next
+/// new file keeps its size.
+#[test]
+fn a_spare_given_back_unused_is_not_remade_for_the_same_use() {
+    let sim = SimVfs::new();
+    let (wal, _) = half_full_log(&sim);
+    let created = wal.stats().segments_created;
+    assert!(wal.prepare_spare().unwrap());
+    let spare_bytes = wal.file_bytes();
+    wal.release_before(wal.next_lsn());
+    wal.give_back(0, Retire::No).unwrap();
+    assert_eq!(wal.segment_files(), 1, "the unused spare was kept");
+    for _ in 0..5 {
+        assert!(
+            !wal.prepare_spare().unwrap(),
+            "the spare was remade for the same use"
+        );
+    }
+    assert_eq!(wal.stats().segments_created, created + 1);
+    assert!(wal.file_bytes() < spare_bytes);
+}
