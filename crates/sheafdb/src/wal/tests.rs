@@ -1494,7 +1494,12 @@ fn no_damage_is_reported_over_crash_cycles() {
 
 /// A log whose open use is past half full, every record durable.
 fn half_full_log(sim: &SimVfs) -> (Wal, Records) {
-    let (wal, _, _) = open_collect(sim_arc(sim), SEG, Lsn(0));
+    half_full_log_with(sim, opts(SEG))
+}
+
+/// [`half_full_log`] with options `o`.
+fn half_full_log_with(sim: &SimVfs, o: WalOptions) -> (Wal, Records) {
+    let (wal, _) = open(sim_arc(sim), DB, o, Lsn(0), &mut |_, _| Ok(())).expect("open WAL");
     let mut all = Records::new();
     while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
         all.extend(append_n(&wal, all.len() as u64, 1, &[700]));
@@ -1576,8 +1581,8 @@ fn spares_are_taken_by_the_switch_and_safe_at_every_step_of_their_making() {
 /// Review finding: a spare taken by a use whose records were only
 /// written, then a recycled file taken by the next use, then power loss
 /// that kept the second header and lost the spare's: open refused the
-/// log as starting past its replay start. The spare's first header is
-/// now synced before any later use begins (as a preallocated file's is).
+/// log as starting past its replay start. Headers now become durable in
+/// use order (rule O11).
 #[test]
 fn a_crash_after_a_spare_is_taken_keeps_the_log_openable() {
     let wopts = WalOptions {
@@ -1585,13 +1590,8 @@ fn a_crash_after_a_spare_is_taken_keeps_the_log_openable() {
         ..opts(32 * 1024)
     };
     let sim = SimVfs::new();
-    let (wal, _) = open(sim_arc(&sim), DB, wopts, Lsn(0), &mut |_, _| Ok(())).unwrap();
     // Use 1 in slot 0 past half, then the spare (slot 1).
-    let mut tag = 0;
-    while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
-        append_n(&wal, tag, 1, &[700]);
-        tag += 1;
-    }
+    let (wal, _) = half_full_log_with(&sim, wopts);
     assert!(wal.prepare_spare().unwrap());
     // Fill use 1 exactly, durable; a checkpoint covers the whole log.
     let open_start = wal.state.lock().layout.open_start().unwrap();
@@ -1713,12 +1713,7 @@ fn a_spare_left_by_a_crash_and_taken_after_reopen_keeps_the_log_openable() {
         ..opts(32 * 1024)
     };
     let sim = SimVfs::new();
-    let (wal, _) = open(sim_arc(&sim), DB, wopts, Lsn(0), &mut |_, _| Ok(())).unwrap();
-    let mut tag = 0;
-    while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
-        append_n(&wal, tag, 1, &[700]);
-        tag += 1;
-    }
+    let (wal, _) = half_full_log_with(&sim, wopts);
     assert!(wal.prepare_spare().unwrap());
     let from = wal.next_lsn();
     drop(wal);
