@@ -119,20 +119,20 @@ impl SegmentIo {
             .ok_or_else(|| io::Error::other(format!("WAL segment slot {slot} is not open")))
     }
 
-    /// Opens slot `slot`'s file if this value has no handle on it (a
-    /// spare made by `make_spare`, which keeps none: every other file is
-    /// opened at open or created by `preallocate`). Returns whether it
+    /// Opens slot `slot`'s file in `mode` if this value has no handle on
+    /// it: a file to preallocate, or a spare (`make_spare` keeps no
+    /// handle; every other file is opened at open). Returns whether it
     /// opened it now.
-    fn open_existing(&mut self, slot: usize) -> io::Result<()> {
+    fn ensure_open(&mut self, slot: usize, mode: OpenMode) -> io::Result<bool> {
         if self.files.get(slot).is_some_and(Option::is_some) {
-            return Ok(());
+            return Ok(false);
         }
-        let file = (self.vfs).open(&segment_name(&self.db_name, slot), OpenMode::Existing)?;
+        let file = (self.vfs).open(&segment_name(&self.db_name, slot), mode)?;
         if self.files.len() <= slot {
             self.files.resize(slot + 1, None);
         }
         self.files[slot] = Some(file);
-        Ok(())
+        Ok(true)
     }
 
     /// Rule O11: a use's header is durable before a later use's header is
@@ -180,7 +180,7 @@ impl SegmentIo {
             self.headers_in_order()?;
             return self.preallocate(slot, &block, header.segment_bytes);
         }
-        self.open_existing(slot)?;
+        self.ensure_open(slot, OpenMode::Existing)?;
         self.headers_in_order()?;
         self.file(slot)?.write_at(0, &block)?;
         self.mark_dirty(slot);
@@ -196,16 +196,7 @@ impl SegmentIo {
         header_block: &[u8],
         segment_bytes: u64,
     ) -> io::Result<()> {
-        let created = self.files.get(slot).is_none_or(Option::is_none);
-        if created {
-            let file = self
-                .vfs
-                .open(&segment_name(&self.db_name, slot), OpenMode::OpenOrCreate)?;
-            if self.files.len() <= slot {
-                self.files.resize(slot + 1, None);
-            }
-            self.files[slot] = Some(file);
-        }
+        let created = self.ensure_open(slot, OpenMode::OpenOrCreate)?;
         let file = Arc::clone(self.file(slot)?);
         file.write_at(0, header_block)?;
         zero_fill(&*file, HEADER_BLOCK_BYTES, segment_bytes)?;

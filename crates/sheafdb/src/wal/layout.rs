@@ -502,10 +502,8 @@ impl Layout {
     /// (the conditions of [`Layout::reserve_spare`]).
     fn spare_target(&self) -> Option<usize> {
         let open = self.open?;
-        let used = self.next_lsn.0 - open.start.0;
-        let room = open.limit.0 - open.start.0;
         let busy_use = self.open_records >= 2;
-        if used < room / 2 || !busy_use || self.no_spare_for == Some(open.start) {
+        if !self.open_half_full()? || !busy_use || self.no_spare_for == Some(open.start) {
             return None;
         }
         let released = self.released_lsn;
@@ -552,11 +550,9 @@ impl Layout {
         Some((slot, bytes))
     }
 
-    /// Whether a spare would be reserved now (`Some(true)`), or not yet
-    /// because the open use is under half full (`Some(false)`); `None`
-    /// with no open use. Changes nothing.
-    #[cfg(test)]
-    pub fn reserve_spare_is_due(&self) -> Option<bool> {
+    /// Whether the open use is at least half full (`None`: no open use),
+    /// the first condition of a spare.
+    pub(super) fn open_half_full(&self) -> Option<bool> {
         let open = self.open?;
         let used = self.next_lsn.0 - open.start.0;
         Some(used >= (open.limit.0 - open.start.0) / 2)
@@ -584,7 +580,6 @@ impl Layout {
             s.busy && !s.exists,
             "a spare finished in a slot not reserved for one"
         );
-        s.busy = false;
         if made {
             *s = SlotMeta {
                 exists: true,
@@ -595,6 +590,7 @@ impl Layout {
             };
             self.switches.created += 1;
         } else {
+            s.busy = false;
             self.no_spare_for = self.open.map(|o| o.start);
             // No file of that size was made: the next one gets it.
             self.next_new_bytes = self.next_new_bytes.min(bytes);
@@ -663,7 +659,7 @@ impl Layout {
                 // finding: an idle log deleted and remade it at every
                 // give-back), and the next new file is its size again.
                 self.no_spare_for = self.open.map(|o| o.start);
-                self.next_new_bytes = self.next_new_bytes.min(bytes.max(self.sizes.min_bytes));
+                self.next_new_bytes = self.next_new_bytes.min(bytes);
             }
             self.slots[i] = SlotMeta::default();
             gone.push(i);

@@ -1492,6 +1492,15 @@ fn no_damage_is_reported_over_crash_cycles() {
 
 // ---------------------------------------------------------------- spares
 
+/// Storage operations one spare of a half-full log of `SEG` takes.
+fn ops_to_make_a_spare() -> u64 {
+    let sim = SimVfs::new();
+    let (wal, _) = half_full_log(&sim);
+    let ops = sim.op_count();
+    assert!(wal.prepare_spare().unwrap(), "no spare was made");
+    sim.op_count() - ops
+}
+
 /// A log whose open use is past half full, every record durable.
 fn half_full_log(sim: &SimVfs) -> (Wal, Records) {
     half_full_log_with(sim, opts(SEG))
@@ -1501,10 +1510,30 @@ fn half_full_log(sim: &SimVfs) -> (Wal, Records) {
 fn half_full_log_with(sim: &SimVfs, o: WalOptions) -> (Wal, Records) {
     let (wal, _) = open(sim_arc(sim), DB, o, Lsn(0), &mut |_, _| Ok(())).expect("open WAL");
     let mut all = Records::new();
-    while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
+    while wal.state.lock().layout.open_half_full() != Some(true) {
         all.extend(append_n(&wal, all.len() as u64, 1, &[700]));
     }
     (wal, all)
+}
+
+/// Options whose files grow from 8 KiB (4 KiB of frames) to 32 KiB.
+fn growing_opts() -> WalOptions {
+    WalOptions {
+        min_segment_bytes: 8 * 1024,
+        ..opts(32 * 1024)
+    }
+}
+
+/// Every power loss (200 seeds, random and drop-all) of `sim` leaves a
+/// log that opens with replay from `from`.
+fn opens_after_every_power_loss(sim: &SimVfs, o: WalOptions, from: Lsn) {
+    for seed in 0..200u64 {
+        for policy in [CrashPolicy::Random, CrashPolicy::DropAll] {
+            let image = sim.crash_with(seed, policy);
+            let r = open(sim_arc(&image), DB, o, from, &mut |_, _| Ok(()));
+            assert!(r.is_ok(), "seed {seed}, {policy:?}: {:?}", r.err());
+        }
+    }
 }
 
 /// A spare is made ahead of the switch, the switch takes it (no file made
@@ -1517,12 +1546,28 @@ fn spares_are_taken_by_the_switch_and_safe_at_every_step_of_their_making() {
     let sim = SimVfs::new();
     let (wal, mut all) = half_full_log(&sim);
     let files = wal.segment_files();
-    let ops = sim.op_count();
     assert!(wal.prepare_spare().unwrap(), "no spare was made");
-    let spare_ops = sim.op_count() - ops;
+    let spare_ops = ops_to_make_a_spare();
     // Open, zero-fill, sync, directory sync at least.
     assert!(spare_ops >= 4, "{spare_ops} operations made a spare");
     assert_eq!(wal.segment_files(), files + 1);
+    // The spare is durable, its directory entry too: a power loss right
+    // now keeps the whole zero-filled file (else the first commits into
+    // it would sync its zeros, or lose it).
+    let spare = super::segment::segment_name(DB, files);
+    let len = sim.file_bytes(&spare).map(|b| b.len());
+    assert!(len.is_some_and(|n| n > 0), "no spare file named {spare}");
+    assert_eq!(
+        sim.durable_bytes(&spare),
+        sim.file_bytes(&spare),
+        "the spare is not durable"
+    );
+    let image = sim.crash_with(0, CrashPolicy::DropAll);
+    assert_eq!(
+        image.file_bytes(&spare).map(|b| b.len()),
+        len,
+        "the spare's entry was lost"
+    );
     assert!(!wal.prepare_spare().unwrap(), "a second spare for one use");
     let created = wal.stats().segments_created;
     let before = wal.state.lock().layout.next_lsn;
@@ -1585,10 +1630,7 @@ fn spares_are_taken_by_the_switch_and_safe_at_every_step_of_their_making() {
 /// use order (rule O11).
 #[test]
 fn a_crash_after_a_spare_is_taken_keeps_the_log_openable() {
-    let wopts = WalOptions {
-        min_segment_bytes: 8 * 1024,
-        ..opts(32 * 1024)
-    };
+    let wopts = growing_opts();
     let sim = SimVfs::new();
     // Use 1 in slot 0 past half, then the spare (slot 1).
     let (wal, _) = half_full_log_with(&sim, wopts);
@@ -1609,13 +1651,7 @@ fn a_crash_after_a_spare_is_taken_keeps_the_log_openable() {
     wal.wait_written(e).unwrap();
     assert!(wal.state.lock().layout.open_start() > Some(from));
     drop(wal);
-    for seed in 0..200u64 {
-        for policy in [CrashPolicy::Random, CrashPolicy::DropAll] {
-            let image = sim.crash_with(seed, policy);
-            let r = open(sim_arc(&image), DB, wopts, from, &mut |_, _| Ok(()));
-            assert!(r.is_ok(), "seed {seed}, {policy:?}: {:?}", r.err());
-        }
-    }
+    opens_after_every_power_loss(&sim, wopts, from);
 }
 
 /// Review finding: a spare that failed left its partial file on disk,
@@ -1623,13 +1659,7 @@ fn a_crash_after_a_spare_is_taken_keeps_the_log_openable() {
 /// any operation of the making, the files on disk are the writer's).
 #[test]
 fn a_failed_spare_leaves_no_file_behind() {
-    let spare_ops = {
-        let sim = SimVfs::new();
-        let (wal, _) = half_full_log(&sim);
-        let ops = sim.op_count();
-        assert!(wal.prepare_spare().unwrap());
-        sim.op_count() - ops
-    };
+    let spare_ops = ops_to_make_a_spare();
     for n in 1..=spare_ops {
         let sim = SimVfs::new();
         let (wal, _) = half_full_log(&sim);
@@ -1665,7 +1695,7 @@ fn a_slow_spare_does_not_delay_eventual_syncs() {
     let (wal, _) = open(vfs, DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())).unwrap();
     let wal = Arc::new(wal);
     let mut tag = 0;
-    while wal.state.lock().layout.reserve_spare_is_due() != Some(true) {
+    while wal.state.lock().layout.open_half_full() != Some(true) {
         append_n(&wal, tag, 1, &[700]);
         tag += 1;
     }
@@ -1708,10 +1738,7 @@ fn a_slow_spare_does_not_delay_eventual_syncs() {
 /// headers become durable in use order).
 #[test]
 fn a_spare_left_by_a_crash_and_taken_after_reopen_keeps_the_log_openable() {
-    let wopts = WalOptions {
-        min_segment_bytes: 8 * 1024,
-        ..opts(32 * 1024)
-    };
+    let wopts = growing_opts();
     let sim = SimVfs::new();
     let (wal, _) = half_full_log_with(&sim, wopts);
     assert!(wal.prepare_spare().unwrap());
@@ -1725,13 +1752,7 @@ fn a_spare_left_by_a_crash_and_taken_after_reopen_keeps_the_log_openable() {
         wal.wait_written(e).unwrap();
     }
     drop(wal);
-    for seed in 0..200u64 {
-        for policy in [CrashPolicy::Random, CrashPolicy::DropAll] {
-            let crashed = image.crash_with(seed, policy);
-            let r = open(sim_arc(&crashed), DB, wopts, from, &mut |_, _| Ok(()));
-            assert!(r.is_ok(), "seed {seed}, {policy:?}: {:?}", r.err());
-        }
-    }
+    opens_after_every_power_loss(&image, wopts, from);
 }
 
 /// Review finding: an idle log's give-back deleted its unused spare and
