@@ -668,6 +668,7 @@ impl Wal {
         });
         st.io = Some(io);
         st.io_in_progress = false;
+        st.layout.recycle(steps);
         let result = match outcome {
             Ok(result) => result,
             Err(payload) => {
