@@ -64,6 +64,9 @@ pub use transaction::{
 /// creation) fits in it.
 pub const MIN_WAL_RECORD_BYTES: usize = 4096;
 
+/// Default of [`Builder::direct_commit_bytes`].
+pub const DEFAULT_DIRECT_COMMIT_BYTES: usize = 4 << 20;
+
 const SYS_EXTENT_POLICY: ExtentPolicy = ExtentPolicy {
     first_pages: 16,
     max_pages: 1024,
@@ -77,6 +80,10 @@ pub(crate) struct Options {
     pub wal_segment_bytes: u64,
     pub wal_first_segment_bytes: u64,
     pub wal_record_max_bytes: usize,
+    /// Records from this size on commit by a direct checkpoint when the
+    /// transaction's tree pages are no more than twice its record
+    /// (`Builder::direct_commit_bytes`).
+    pub direct_commit_bytes: usize,
     pub checkpoint_wal_bytes: u64,
     pub checkpoint_dirty_bytes: u64,
     pub dirty_hard_limit_bytes: u64,
@@ -112,6 +119,7 @@ impl Default for Options {
             wal_segment_bytes: 32 << 20,
             wal_first_segment_bytes: crate::wal::DEFAULT_MIN_SEGMENT_BYTES,
             wal_record_max_bytes: 32 << 20,
+            direct_commit_bytes: DEFAULT_DIRECT_COMMIT_BYTES,
             checkpoint_wal_bytes: 64 << 20,
             checkpoint_dirty_bytes: 256 << 20,
             dirty_hard_limit_bytes: 512 << 20,
@@ -396,6 +404,21 @@ impl Builder {
     /// records, such as a fold round's, are always logged).
     pub fn wal_record_max_bytes(mut self, bytes: usize) -> Self {
         self.options.wal_record_max_bytes = bytes.max(MIN_WAL_RECORD_BYTES);
+        self
+    }
+
+    /// A transaction whose WAL record is at least this large (default
+    /// [`DEFAULT_DIRECT_COMMIT_BYTES`], 4 MiB) and whose new tree pages
+    /// take no more than twice its record's bytes — an import into new
+    /// or small tables — commits by a direct checkpoint: its data is
+    /// written once, to the data file, instead of to the WAL now and to
+    /// the data file again at the next checkpoint, and no background
+    /// checkpoint of it is left to compete with later commits' syncs
+    /// (design.md "Commit", *Written once*). Such a transaction is not
+    /// buffered when each of its tables held fewer entries than it
+    /// writes there. `usize::MAX` turns this off.
+    pub fn direct_commit_bytes(mut self, bytes: usize) -> Self {
+        self.options.direct_commit_bytes = bytes.max(1);
         self
     }
 

@@ -626,9 +626,14 @@ impl WriteTransaction {
         st.check_not_failed()?;
         self.core.check_none_open()?;
         let payload = st.finish_log();
+        let direct_min = self.shared.options.direct_commit_bytes;
+        let large = payload.as_ref().is_some_and(|p| p.len() >= direct_min);
+        // An import goes to the trees now, to be written once (below).
+        let import = large && st.fills_small_tables();
         // Past the database-wide buffer limit (the reservation fails),
         // this commit folds the buffer itself.
-        let bufferable = !st.needs_tree_commit()
+        let bufferable = !import
+            && !st.needs_tree_commit()
             && payload
                 .as_ref()
                 .is_some_and(|p| p.len() as u64 <= self.shared.wal().options().max_record_bytes);
@@ -652,7 +657,18 @@ impl WriteTransaction {
         if !st.catalog_changed && !st.pages.is_dirty() {
             return self.commit_nothing(&st, lock);
         }
+        // Written once: a large record whose pages are about its size
+        // commits by a direct checkpoint (no record to log).
+        let payload = payload.filter(|p| !(large && self.writes_once(&st, p.len())));
         (self.shared).commit(&self.cf, &mut st, lock, self.durability, payload)
+    }
+
+    /// True if the pages this transaction wrote take no more than twice
+    /// the bytes of its record (`record_len`): committing directly
+    /// writes its data once, where logging it would write it twice.
+    fn writes_once(&self, st: &WriteState, record_len: usize) -> bool {
+        let page = self.shared.space.pager.page_size() as u64;
+        st.pages.private_pages().saturating_mul(page) <= 2 * record_len as u64
     }
 
     /// Commits a transaction that changed nothing: no record, but the

@@ -661,6 +661,22 @@ impl WriteState {
         crate::buffer::mem::MemBuffer::charge_of(&self.writes, index)
     }
 
+    /// True if this transaction writes each table it writes more entries
+    /// than the table held before it (new or small tables: an import),
+    /// so its trees' new pages will be about the size of its record.
+    pub fn fills_small_tables(&self) -> bool {
+        let ids = self.writes.tables();
+        !ids.is_empty()
+            && ids.iter().all(|&id| {
+                let writes = self.writes.table(id).map_or(0, |w| w.len() as i128);
+                (self.tables.values())
+                    .find(|t| t.meta.id == id)
+                    .is_some_and(|t| {
+                        i128::from(t.meta.len) + i128::from(self.base.delta(id)) < writes
+                    })
+            })
+    }
+
     /// True if committing must write the trees: the buffer was folded, the
     /// catalog changed, or pages were written.
     pub fn needs_tree_commit(&self) -> bool {
