@@ -1924,3 +1924,27 @@ fn large_updates_of_a_larger_table_stay_buffered_and_logged() {
         .collect();
     assert_eq!(contents(&db.begin_read().unwrap()), want);
 }
+
+/// *Written once* is for `Immediate` transactions only: a direct commit
+/// syncs the data file, and a `None` or `Eventual` import was promised
+/// no wait for a sync, so it is logged (and buffered) as before.
+#[test]
+fn an_import_that_waits_for_no_sync_stays_logged() {
+    for mode in [Durability::None, Durability::Eventual] {
+        let vfs = SimVfs::new();
+        let db = import_db(&vfs);
+        let wal_before = db.wal_stats().bytes;
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(mode);
+        {
+            let mut t = tx.open_table(T).unwrap();
+            for k in 1000..2000u64 {
+                t.insert(k, k * 5).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let logged = db.wal_stats().bytes - wal_before;
+        assert!(logged > 16 << 10, "{mode:?}: not logged ({logged} bytes)");
+        assert_eq!(contents(&db.begin_read().unwrap()), after_import());
+    }
+}

@@ -407,7 +407,7 @@ impl Builder {
         self
     }
 
-    /// A transaction whose WAL record is at least this large (default
+    /// An `Immediate` transaction whose WAL record is at least this large (default
     /// [`DEFAULT_DIRECT_COMMIT_BYTES`], 4 MiB) and whose new tree pages
     /// take no more than twice its record's bytes — an import into new
     /// or small tables — commits by a direct checkpoint: its data is

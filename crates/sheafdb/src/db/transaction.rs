@@ -627,7 +627,10 @@ impl WriteTransaction {
         self.core.check_none_open()?;
         let payload = st.finish_log();
         let direct_min = self.shared.options.direct_commit_bytes;
-        let large = payload.as_ref().is_some_and(|p| p.len() >= direct_min);
+        // Only where the commit waits for the disk anyway: a `None` or
+        // `Eventual` commit was promised no wait for a sync.
+        let large = self.durability == Durability::Immediate
+            && payload.as_ref().is_some_and(|p| p.len() >= direct_min);
         // An import goes to the trees now, to be written once (below).
         let import = large && st.fills_small_tables();
         // Past the database-wide buffer limit (the reservation fails),
