@@ -163,15 +163,38 @@ impl DbShared {
         // logged: a corrupt tree fails this commit, not the process.
         st.pages.check_frees()?;
         let version = st.base.version.next();
-        let result = match payload {
-            Some(p) if (p.len() as u64) <= self.wal().options().max_record_bytes => {
-                self.commit_logged(cf, st, lock, durability, &p, version)
-            }
-            _ => self.commit_direct(cf, st, lock, version),
+        let max_record = self.wal().options().max_record_bytes;
+        let logged = payload.filter(|p| {
+            (p.len() as u64) <= max_record && !self.writes_once(st, durability, p.len())
+        });
+        let result = match logged {
+            Some(p) => self.commit_logged(cf, st, lock, durability, &p, version),
+            None => self.commit_direct(cf, st, lock, version),
         };
         let end = result?;
         self.ckpt.after_commit(end);
         Ok(())
+    }
+
+    /// True if a commit in `durability` with a record of `record_len`
+    /// bytes may be written once (design.md "Commit", *Written once*):
+    /// an `Immediate` one (a direct commit syncs the data file, and a
+    /// `None` or `Eventual` commit was promised no wait for a sync) of
+    /// at least `direct_commit_bytes`.
+    pub(crate) fn may_write_once(&self, durability: Durability, record_len: usize) -> bool {
+        durability == Durability::Immediate && record_len >= self.options.direct_commit_bytes
+    }
+
+    /// True if `st`, with a record of `record_len` bytes, commits by a
+    /// direct checkpoint to be written once: it may
+    /// ([`DbShared::may_write_once`]), and the pages it wrote take no
+    /// more than twice its record's bytes (logged, its data would be
+    /// written twice: to the WAL now, to the data file at the next
+    /// checkpoint).
+    fn writes_once(&self, st: &WriteState, durability: Durability, record_len: usize) -> bool {
+        let page = self.space.pager.page_size() as u64;
+        self.may_write_once(durability, record_len)
+            && st.pages.private_pages().saturating_mul(page) <= 2 * record_len as u64
     }
 
     /// Commits `st` without touching a page: its WAL record `payload` is

@@ -626,13 +626,12 @@ impl WriteTransaction {
         st.check_not_failed()?;
         self.core.check_none_open()?;
         let payload = st.finish_log();
-        let direct_min = self.shared.options.direct_commit_bytes;
-        // Only where the commit waits for the disk anyway: a `None` or
-        // `Eventual` commit was promised no wait for a sync.
-        let large = self.durability == Durability::Immediate
-            && payload.as_ref().is_some_and(|p| p.len() >= direct_min);
-        // An import goes to the trees now, to be written once (below).
-        let import = large && st.fills_small_tables();
+        // An import goes to the trees now, to be written once
+        // (`DbShared::commit` decides, once its pages are written).
+        let import = payload
+            .as_ref()
+            .is_some_and(|p| self.shared.may_write_once(self.durability, p.len()))
+            && st.fills_small_tables();
         // Past the database-wide buffer limit (the reservation fails),
         // this commit folds the buffer itself.
         let bufferable = !import
@@ -660,18 +659,7 @@ impl WriteTransaction {
         if !st.catalog_changed && !st.pages.is_dirty() {
             return self.commit_nothing(&st, lock);
         }
-        // Written once: a large record whose pages are about its size
-        // commits by a direct checkpoint (no record to log).
-        let payload = payload.filter(|p| !(large && self.writes_once(&st, p.len())));
         (self.shared).commit(&self.cf, &mut st, lock, self.durability, payload)
-    }
-
-    /// True if the pages this transaction wrote take no more than twice
-    /// the bytes of its record (`record_len`): committing directly
-    /// writes its data once, where logging it would write it twice.
-    fn writes_once(&self, st: &WriteState, record_len: usize) -> bool {
-        let page = self.shared.space.pager.page_size() as u64;
-        st.pages.private_pages().saturating_mul(page) <= 2 * record_len as u64
     }
 
     /// Commits a transaction that changed nothing: no record, but the

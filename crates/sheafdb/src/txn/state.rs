@@ -669,11 +669,9 @@ impl WriteState {
         !ids.is_empty()
             && ids.iter().all(|&id| {
                 let writes = self.writes.table(id).map_or(0, |w| w.len() as i128);
-                (self.tables.values())
-                    .find(|t| t.meta.id == id)
-                    .is_some_and(|t| {
-                        i128::from(t.meta.len) + i128::from(self.base.delta(id)) < writes
-                    })
+                self.table_by_id(id).is_some_and(|t| {
+                    i128::from(t.meta.len) + i128::from(self.base.delta(id)) < writes
+                })
             })
     }
 

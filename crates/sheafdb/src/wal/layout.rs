@@ -596,7 +596,8 @@ impl Layout {
         Some(used >= (open.limit.0 - open.start.0) / 2)
     }
 
-    /// True while a spare is being made.
+    /// True while a spare is being made (or a given-back file deleted:
+    /// both mark a number with no file `busy`).
     #[cfg(test)]
     pub fn spare_in_progress(&self) -> bool {
         self.slots.iter().any(|s| s.busy && !s.exists)
