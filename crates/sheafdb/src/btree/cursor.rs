@@ -21,8 +21,14 @@ use super::node::{NodeRef, MAX_LEVEL};
 use super::store::PageRead;
 use super::{child_level, load_value, read_node_for, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
-use crate::format::page::PageHandle;
+use crate::format::page::{PageBytes as _, PageHandle, PageRef};
 use crate::types::PageId;
+
+/// Cells whose headers a step asks the CPU to fetch ahead of the one it
+/// yields (`NodeRef::prefetch_cells`): enough to overlap the misses of a
+/// short range, few enough that a step issues only a handful of hints.
+/// Measured in design.md "Read path", *Range iteration*.
+const PREFETCH_CELLS: usize = 4;
 
 /// One page on a cursor end's path. For a branch, `idx` is the child the
 /// path descends into. For a leaf at the front, `idx` is the next cell to
@@ -41,13 +47,48 @@ enum State {
     Done,
 }
 
+/// Where the last key an end yielded lies: a page it was read from and
+/// the key's byte range there. The page is taken once per leaf, not once
+/// per entry: a step within the same leaf only moves the range, so a
+/// cursor's order checks cost no reference-count change per entry.
+#[derive(Clone, Debug)]
+struct LastKey {
+    page: PageRef,
+    start: usize,
+    end: usize,
+}
+
+impl LastKey {
+    fn key(&self) -> &[u8] {
+        &self.page.bytes()[self.start..self.end]
+    }
+
+    /// Records that `key` (bytes `start..end` of `page`) was yielded.
+    fn set(slot: &mut Option<LastKey>, page: &PageHandle, start: usize, end: usize) {
+        debug_assert!(start <= end && end <= page.len(), "a key outside its page");
+        match slot {
+            Some(last) if std::ptr::eq(&*last.page, &**page) => {
+                last.start = start;
+                last.end = end;
+            }
+            _ => {
+                *slot = Some(LastKey {
+                    page: page.to_ref(),
+                    start,
+                    end,
+                })
+            }
+        }
+    }
+}
+
 /// One end of the cursor.
 #[derive(Clone, Debug)]
 struct End {
     stack: Vec<Frame>,
     state: State,
     /// The last key this end yielded.
-    last: Option<KeyRef>,
+    last: Option<LastKey>,
 }
 
 impl End {
@@ -242,10 +283,15 @@ impl Cursor {
     /// A cursor over the keys of `root` within `(lo, hi)`. Nothing is read
     /// until the first step. An empty or inverted range yields nothing.
     pub fn new(root: &TreeRoot, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Cursor {
+        Cursor::with_bounds(root, owned(lo), owned(hi))
+    }
+
+    /// [`Cursor::new`] taking bounds the caller owns already (no copy).
+    pub fn with_bounds(root: &TreeRoot, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) -> Cursor {
         Cursor {
             root: root.root,
-            lo: owned(lo),
-            hi: owned(hi),
+            lo,
+            hi,
             front: End::new(),
             back: End::new(),
         }
@@ -316,27 +362,25 @@ impl Cursor {
             }
             let idx = frame.idx;
             frame.idx += 1;
+            node.prefetch_cells(idx + 1, PREFETCH_CELLS);
             let cell = node.leaf_cell(idx)?;
             if let Some(prev) = &self.front.last {
-                if cell.key <= prev.as_slice() {
+                if cell.key <= prev.key() {
                     return Err(Error::corrupted_page(frame.id, "keys out of order"));
                 }
             }
             let met = match &self.back.last {
-                Some(b) => cell.key >= b.as_slice(),
+                Some(b) => cell.key >= b.key(),
                 None => false,
             };
             if met || above(&self.hi, cell.key) {
                 self.front.finish();
                 return Ok(None);
             }
-            let key = Bytes::new(
-                frame.page.to_ref(),
-                cell.key_off,
-                cell.key_off + cell.key.len(),
-            );
+            let (start, end) = (cell.key_off, cell.key_off + cell.key.len());
+            let key = Bytes::new(frame.page.to_ref(), start, end);
             let value = load_value(store, &frame.page, cell.value)?;
-            self.front.last = Some(key.clone());
+            LastKey::set(&mut self.front.last, &frame.page, start, end);
             return Ok(Some((key, value)));
         }
     }
@@ -376,28 +420,56 @@ impl Cursor {
                 ));
             }
             frame.idx -= 1;
+            let ahead = frame.idx.min(PREFETCH_CELLS);
+            node.prefetch_cells(frame.idx - ahead, ahead);
             let cell = node.leaf_cell(frame.idx)?;
             if let Some(prev) = &self.back.last {
-                if cell.key >= prev.as_slice() {
+                if cell.key >= prev.key() {
                     return Err(Error::corrupted_page(frame.id, "keys out of order"));
                 }
             }
             let met = match &self.front.last {
-                Some(f) => cell.key <= f.as_slice(),
+                Some(f) => cell.key <= f.key(),
                 None => false,
             };
             if met || below(&self.lo, cell.key) {
                 self.back.finish();
                 return Ok(None);
             }
-            let key = Bytes::new(
-                frame.page.to_ref(),
-                cell.key_off,
-                cell.key_off + cell.key.len(),
-            );
+            let (start, end) = (cell.key_off, cell.key_off + cell.key.len());
+            let key = Bytes::new(frame.page.to_ref(), start, end);
             let value = load_value(store, &frame.page, cell.value)?;
-            self.back.last = Some(key.clone());
+            LastKey::set(&mut self.back.last, &frame.page, start, end);
             return Ok(Some((key, value)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::page::{page_from_slice, PageOwned};
+
+    fn page() -> PageRef {
+        let owned: PageOwned = page_from_slice(&[7u8; 64]);
+        owned.shareable()
+    }
+
+    #[test]
+    fn the_last_key_takes_one_reference_per_page_not_per_entry() {
+        let a = page();
+        let b = page();
+        let mut last = None;
+        let before = triomphe::Arc::count(&a);
+        for start in 0..10 {
+            LastKey::set(&mut last, &PageHandle::Ref(a.clone()), start, start + 4);
+        }
+        assert_eq!(triomphe::Arc::count(&a), before + 1, "one reference kept");
+        assert_eq!(last.as_ref().map(LastKey::key), Some(&[7u8; 4][..]));
+        assert_eq!(last.as_ref().map(|l| l.start), Some(9));
+        LastKey::set(&mut last, &PageHandle::Ref(b.clone()), 1, 3);
+        assert_eq!(triomphe::Arc::count(&a), before, "the old page let go");
+        assert_eq!(triomphe::Arc::count(&b), 2);
+        assert_eq!(last.as_ref().map(LastKey::key), Some(&[7u8; 2][..]));
     }
 }

@@ -10,6 +10,8 @@
 //!   per 512-byte sector; fails the N-th operation on request);
 //! - [`hook::HookVfs`]: wraps any of these and asks a test's hook before
 //!   each file operation (fail, delay, count, park).
+//! - [`hint`]: a CPU cache hint (not a file API; here because this layer
+//!   holds the crate's `unsafe` code).
 //!
 //! Must not know: pages, B-trees, the WAL. Offsets and lengths are bytes.
 //!
@@ -24,6 +26,7 @@
 
 mod conformance;
 pub mod file;
+pub mod hint;
 pub mod hook;
 pub mod mem;
 pub mod sim;

@@ -330,9 +330,14 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         self.version.buffer.entries() > 0
     }
 
-    pub(super) fn read_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Range<'static, K, V> {
+    /// A range over the snapshot, taking the encoded bounds it keeps.
+    pub(super) fn read_range(
+        &self,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+    ) -> Range<'static, K, V> {
         let source = if self.buffered() {
-            let window = Window::new(lo, hi);
+            let window = Window::new(as_ref_bound(&lo), as_ref_bound(&hi));
             Source::Snapshot {
                 pages: self.pages.clone(),
                 table: self.id,
@@ -344,7 +349,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         } else {
             Source::Read {
                 pages: self.pages.clone(),
-                cursor: Cursor::new(&self.root, lo, hi),
+                cursor: Cursor::with_bounds(&self.root, lo, hi),
                 _version: self.version.clone(),
             }
         };
@@ -377,7 +382,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     {
         let start = encode_bound::<K, KR>(range.start_bound());
         let end = encode_bound::<K, KR>(range.end_bound());
-        Ok(self.read_range(as_ref_bound(&start), as_ref_bound(&end)))
+        Ok(self.read_range(start, end))
     }
 
     /// All entries, ascending.
