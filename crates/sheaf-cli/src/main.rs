@@ -204,14 +204,18 @@ fn open_failure(path: &Path, e: Error) -> Failure {
             let why = why.strip_prefix("not a sheafdb database: ").unwrap_or(why);
             Failure::new(format!("{shown}: not a sheafdb database ({why})"))
         }
-        Error::Corrupted { what, location } if what.contains("salvage_damaged_wal") => {
-            let what = format!("{what}; `sheaf salvage-wal {shown}` does that");
-            Failure::db(
-                format!("cannot open {shown}"),
-                Error::Corrupted { what, location },
-            )
+        e => {
+            // A WAL damaged in its middle: name the command that salvages it.
+            let salvageable = e.is_salvageable_wal_damage();
+            let e = match e {
+                Error::Corrupted { what, location } if salvageable => {
+                    let what = format!("{what}; `sheaf salvage-wal {shown}` does that");
+                    Error::Corrupted { what, location }
+                }
+                e => e,
+            };
+            Failure::db(format!("cannot open {shown}"), e)
         }
-        e => Failure::db(format!("cannot open {shown}"), e),
     }
 }
 

@@ -12,6 +12,11 @@ use crate::types::{CfId, PageId};
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How the message of a refused open of a salvageable WAL ends
+/// ([`Error::is_salvageable_wal_damage`]).
+pub(crate) const WAL_SALVAGE_HINT: &str =
+    "(the `salvage_damaged_wal` option opens the log up to the damage, losing them)";
+
 /// Where a corruption was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
@@ -199,6 +204,15 @@ impl Error {
     /// True for `Error::Corrupted`.
     pub fn is_corrupted(&self) -> bool {
         matches!(self, Error::Corrupted { .. })
+    }
+
+    /// True if an open refused a WAL damaged before its end (proven
+    /// damage, not a torn tail) that [`crate::Builder::salvage_damaged_wal`]
+    /// would open up to the damage, losing the commits after it. Tools
+    /// test this rather than the message's wording (the CLI points to
+    /// `sheaf salvage-wal` when it holds).
+    pub fn is_salvageable_wal_damage(&self) -> bool {
+        matches!(self, Error::Corrupted { what, .. } if what.ends_with(WAL_SALVAGE_HINT))
     }
 
     /// The error to hand the other waiters of a failure: the same error

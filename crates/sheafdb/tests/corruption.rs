@@ -155,7 +155,7 @@ fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
     let used = wal.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
     assert!(used > 4096, "expected records in the WAL");
     let (last, before_last) = (&models[12], &models[11]);
-    let mut refused = 0;
+    let (mut refused, mut salvageable, mut salvaged_count) = (0, 0, 0);
     for i in 0..1500 {
         // Most flips in the records, some in the segment header.
         let pos = match i % 10 {
@@ -165,6 +165,7 @@ fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
         let mut bytes = wal.clone();
         bytes[pos] ^= 1 << (i % 8);
         let v = restore(&files, &wal_name, bytes);
+        let mut said_salvageable = false;
         let strict = match open_sim(&v, "w.sheaf") {
             Ok(db) => {
                 let state =
@@ -179,9 +180,12 @@ fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
             Err(e) => {
                 assert!(acceptable(&e), "flip at WAL byte {pos}: open gave {e:?}");
                 refused += 1;
+                said_salvageable = e.is_salvageable_wal_damage();
+                salvageable += usize::from(said_salvageable);
                 false
             }
         };
+
         let salvaged = common::builder()
             .salvage_damaged_wal(true)
             .open_with_vfs(std::sync::Arc::new(v.clone()), "w.sheaf");
@@ -194,6 +198,12 @@ fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
                     !strict,
                     "flip at WAL byte {pos}: damage reported iff the strict open refused"
                 );
+                // The refusal said so exactly when the salvage opens.
+                assert_eq!(
+                    said_salvageable, !strict,
+                    "flip at WAL byte {pos}: is_salvageable_wal_damage"
+                );
+                salvaged_count += usize::from(!strict);
                 db.check_integrity().unwrap();
                 drop(db);
                 // The salvage is final: a plain open now gives the same.
@@ -204,11 +214,21 @@ fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
                     "flip at WAL byte {pos}: reopen"
                 );
             }
-            Err(e) => assert!(
-                !strict && acceptable(&e),
-                "flip at WAL byte {pos}: salvage gave {e:?}"
-            ),
+            Err(e) => {
+                assert!(
+                    !strict && acceptable(&e),
+                    "flip at WAL byte {pos}: salvage gave {e:?}"
+                );
+                assert!(
+                    !said_salvageable,
+                    "flip at WAL byte {pos}: called salvageable, salvage gave {e:?}"
+                );
+            }
         }
     }
     assert!(refused > 100, "only {refused} flips were refused");
+    assert!(
+        salvageable == salvaged_count && salvaged_count > 0,
+        "{salvageable} refusals called salvageable, {salvaged_count} salvaged"
+    );
 }

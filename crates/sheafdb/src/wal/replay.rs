@@ -37,7 +37,7 @@ use super::segment::{
     MAX_SEGMENT_BYTES,
 };
 use super::WalOptions;
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Location, Result, WAL_SALVAGE_HINT};
 use crate::format::codec::slice_at;
 use crate::storage::{OpenMode, Storage, Vfs};
 use crate::types::{Lsn, COUNTER_LIMIT};
@@ -723,10 +723,7 @@ fn scan_for_witness(
 fn salvaged(damage: LogDamage, salvage: bool) -> Result<LogDamage> {
     if !salvage {
         return Err(Error::Corrupted {
-            what: format!(
-                "{damage}; nothing was changed (the `salvage_damaged_wal` option opens the \
-                 log up to the damage, losing them)"
-            ),
+            what: format!("{damage}; nothing was changed {WAL_SALVAGE_HINT}"),
             location: damage.stop_at,
         });
     }
