@@ -17,7 +17,7 @@
 //! Compaction: `Database::compact`; an `Unsupported` error is reported as
 //! N/A rather than as a failure.
 //!
-//! Options: the library defaults (`Database::create`: 128 MiB page cache,
+//! Options: the library defaults (`Database::create`: 1 GiB page cache,
 //! 64 MiB WAL checkpoint trigger, background checkpoints every 30 s).
 
 use std::path::{Path, PathBuf};
