@@ -296,6 +296,84 @@ fn reopening_with_other_types_is_a_type_mismatch() -> Result<()> {
     Ok(())
 }
 
+/// A write transaction opens a table of its base's catalog from the
+/// catalog the base decoded once (shared with readers) and skips the type
+/// names once they matched: the open must still refuse other types, a
+/// second handle, and see the catalog changes this transaction made.
+#[test]
+fn write_opens_from_the_decoded_catalog_still_check_types_and_changes() -> Result<()> {
+    let vfs = MemVfs::new();
+    let db = Database::builder().create_with_vfs(Arc::new(vfs.clone()), "t.sheaf")?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(STR_U64)?;
+        for (i, k) in ["a", "b", "c"].into_iter().enumerate() {
+            t.insert(k, i as u64)?;
+        }
+    }
+    tx.commit()?;
+    // A reader decodes the catalog and records the types.
+    assert_eq!(db.begin_read()?.open_table(STR_U64)?.len()?, 3);
+    let wrong: TableDefinition<&str, u32> = TableDefinition::new("str_u64");
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(STR_U64)?;
+        assert_eq!(t.len()?, 3);
+        assert!(t.insert("d", 9)?.is_none());
+        assert!(matches!(
+            tx.open_table(STR_U64),
+            Err(Error::TableAlreadyOpen(_))
+        ));
+    }
+    assert!(matches!(
+        tx.open_table(wrong),
+        Err(Error::TableTypeMismatch { .. })
+    ));
+    assert_eq!(tx.open_table(STR_U64)?.len()?, 4, "its own insert");
+    assert!(tx.delete_table("str_u64")?);
+    assert_eq!(
+        tx.open_table(STR_U64)?.len()?,
+        0,
+        "deleted, then created anew"
+    );
+    tx.commit()?;
+    assert_eq!(db.begin_read()?.open_table(STR_U64)?.len()?, 0);
+    // A wrong type first, then the right one, in one transaction of a
+    // new base: the wrong open records nothing.
+    let tx = db.begin_write()?;
+    assert!(matches!(
+        tx.open_table(wrong),
+        Err(Error::TableTypeMismatch { .. })
+    ));
+    tx.open_table(STR_U64)?.insert("x", 1)?;
+    tx.rename_table("str_u64", "renamed")?;
+    let renamed: TableDefinition<&str, u64> = TableDefinition::new("renamed");
+    assert_eq!(
+        tx.open_table(renamed)?.get("x")?.map(|v| v.value()),
+        Some(1)
+    );
+    assert_eq!(tx.open_table(STR_U64)?.len()?, 0, "the old name is free");
+    tx.commit()?;
+    drop(db);
+    // Reopened: a writer is the first to open (and records the types).
+    let db = Database::builder().open_with_vfs(Arc::new(vfs), "t.sheaf")?;
+    let tx = db.begin_write()?;
+    assert_eq!(tx.open_table(renamed)?.len()?, 1);
+    assert!(matches!(
+        tx.open_table(TableDefinition::<&str, u32>::new("renamed")),
+        Err(Error::TableTypeMismatch { .. })
+    ));
+    tx.abort()?;
+    let rx = db.begin_read()?;
+    assert_eq!(rx.open_table(renamed)?.len()?, 1);
+    assert_eq!(rx.open_table(STR_U64)?.len()?, 0);
+    assert!(matches!(
+        rx.open_table(TableDefinition::<&str, u32>::new("renamed")),
+        Err(Error::TableTypeMismatch { .. })
+    ));
+    Ok(())
+}
+
 #[test]
 fn create_delete_rename_list_tables() -> Result<()> {
     let db = mem_db();

@@ -11,7 +11,6 @@
 //! id order); a dropped, uncommitted transaction gives every private page
 //! back.
 
-use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::btree::TreeRoot;
@@ -23,8 +22,8 @@ use crate::table::{
 };
 use crate::txn::pages::ReadPages;
 use crate::txn::{
-    check_table_name, check_types, list_catalog, lookup_table, CfShared, CfVersion, DbVersion,
-    Durability, KeyIndex, WriteCore, WriteState, WriterGuard,
+    check_table_name, check_types, list_catalog, lookup_table, read_catalog, CfShared, CfVersion,
+    DbVersion, Durability, KeyIndex, WriteCore, WriteState, WriterGuard,
 };
 use crate::types::{CfId, TableId};
 
@@ -285,24 +284,6 @@ impl ReadTransaction {
     }
 }
 
-/// Every table of a catalog with its metadata, in name order (one pass).
-fn read_catalog(
-    pages: &ReadPages,
-    catalog: &TreeRoot,
-) -> Result<Vec<(String, crate::format::records::TableMeta)>> {
-    let mut cursor = crate::btree::Cursor::new(catalog, Bound::Unbounded, Bound::Unbounded);
-    let mut all = Vec::new();
-    while let Some((k, v)) = cursor.next(pages)? {
-        let name = String::from_utf8(k.to_vec())
-            .map_err(|_| Error::corrupted("table name not UTF-8", "table catalog"))?;
-        all.push((
-            name,
-            crate::format::records::TableMeta::decode(v.as_slice())?,
-        ));
-    }
-    Ok(all)
-}
-
 /// Entry count of table `name` (described by `meta`) at version `v`: its
 /// tree's count plus the buffered commits' change.
 fn len_at(v: &CfVersion, meta: &TableMeta, name: &str) -> Result<u64> {
@@ -533,8 +514,9 @@ impl WriteTransaction {
     ) -> Result<Table<'txn, K, V>> {
         self.claim();
         let name = def.name();
+        let ids = (std::any::TypeId::of::<K>(), std::any::TypeId::of::<V>());
         self.core
-            .open_table(name, &K::type_name(), &V::type_name())?;
+            .open_table_typed(name, ids, || (K::type_name(), V::type_name()))?;
         Ok(Table::new(&self.core, name.to_string()))
     }
 

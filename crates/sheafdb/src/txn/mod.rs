@@ -33,8 +33,8 @@ pub mod version;
 /// do not), as the database layer names it.
 pub(crate) use crate::buffer::mem::KeyIndex;
 pub(crate) use state::{
-    check_table_name, check_types, list_catalog, lookup_table, TableState, WriteCore, WriteState,
-    ROUND_BATCH, SPILL_BYTES,
+    check_table_name, check_types, list_catalog, lookup_table, read_catalog, TableState, WriteCore,
+    WriteState, ROUND_BATCH, SPILL_BYTES,
 };
 pub(crate) use version::{
     CfShared, CfVersion, DbVersion, FoldCarry, FoldMark, FoldProgress, WriterGuard, WriterSlot,

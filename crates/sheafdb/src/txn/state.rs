@@ -102,6 +102,21 @@ pub(crate) fn lookup_table<S: btree::store::PageRead>(
     }
 }
 
+/// Every entry of the catalog, in name order.
+pub(crate) fn read_catalog<S: btree::store::PageRead>(
+    store: &S,
+    catalog: &TreeRoot,
+) -> Result<Vec<(String, TableMeta)>> {
+    let mut cursor = btree::Cursor::all(catalog);
+    let mut all = Vec::new();
+    while let Some((k, v)) = cursor.next(store)? {
+        let name = String::from_utf8(k.to_vec())
+            .map_err(|_| Error::corrupted("table name not UTF-8", "table catalog"))?;
+        all.push((name, TableMeta::decode(v.as_slice())?));
+    }
+    Ok(all)
+}
+
 /// Names of the catalog's tables, sorted.
 pub(crate) fn list_catalog<S: btree::store::PageRead>(
     store: &S,
@@ -976,6 +991,58 @@ impl WriteCore {
             panicked: &self.callback_panicked,
             _ranks: suspend(),
         }
+    }
+
+    /// [`WriteCore::open_table`] for Rust types whose ids are `ids`; their
+    /// type names are asked of `names` only when needed. A table of the
+    /// base version's catalog that this transaction has not touched is
+    /// found in the catalog the base decoded once (`CfVersion::tables`,
+    /// shared with read transactions), and once opened with these types
+    /// their names are not compared again: a transaction that opens a
+    /// table it writes reads no catalog page and checks no type name.
+    pub fn open_table_typed(
+        &self,
+        name: &str,
+        ids: (std::any::TypeId, std::any::TypeId),
+        names: impl FnOnce() -> (String, String),
+    ) -> Result<()> {
+        check_table_name(name)?;
+        let mut st = self.state()?;
+        if st.tables.contains_key(name) || st.catalog_changed || st.catalog != st.base.catalog {
+            drop(st);
+            let (k, v) = names();
+            return self.open_table(name, &k, &v);
+        }
+        let base = st.base.clone();
+        let catalog = base
+            .tables
+            .get_or_load(|| read_catalog(&st.pages, &st.catalog))?;
+        let Some(cached) = catalog.get(name) else {
+            drop(st);
+            let (k, v) = names();
+            return self.open_table(name, &k, &v);
+        };
+        let mut open = self.open_tables.lock();
+        if open.contains(name) {
+            return Err(Error::TableAlreadyOpen(name.to_string()));
+        }
+        if cached.typed.get() != Some(&ids) {
+            let (k, v) = names();
+            check_types(name, &cached.meta, &k, &v)?;
+            let _ = cached.typed.set(ids);
+        }
+        debug_assert!(
+            lookup_table(&st.pages, &st.catalog, name)
+                .ok()
+                .flatten()
+                .as_ref()
+                == Some(&cached.meta),
+            "the base's decoded catalog disagrees with the catalog tree"
+        );
+        st.tables
+            .insert(name.to_string(), TableState::loaded(cached.meta.clone()));
+        open.insert(name.to_string());
+        Ok(())
     }
 
     /// Registers a handle on table `name` (creating the table if needed)
