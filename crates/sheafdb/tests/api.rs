@@ -374,6 +374,45 @@ fn write_opens_from_the_decoded_catalog_still_check_types_and_changes() -> Resul
     Ok(())
 }
 
+/// With more tables than a writer decodes itself, a write transaction
+/// looks its table up in the catalog tree until a reader decoded the
+/// catalog, then uses that: both ways give the same tables and checks.
+#[test]
+fn write_opens_in_a_large_catalog_before_and_after_a_reader_decoded_it() -> Result<()> {
+    let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "t.sheaf")?;
+    let names: Vec<String> = (0..40).map(|i| format!("table-{i:02}")).collect();
+    let tx = db.begin_write()?;
+    for (i, n) in names.iter().enumerate() {
+        tx.open_table(TableDefinition::<&str, u64>::new(n))?
+            .insert("k", i as u64)?;
+    }
+    tx.commit()?;
+    for round in 0..2 {
+        if round == 1 {
+            // A reader decodes the catalog for the writers that follow.
+            let rx = db.begin_read()?;
+            assert_eq!(
+                rx.open_table(TableDefinition::<&str, u64>::new(&names[0]))?
+                    .len()?,
+                1
+            );
+        }
+        let tx = db.begin_write()?;
+        for (i, n) in names.iter().enumerate() {
+            let mut t = tx.open_table(TableDefinition::<&str, u64>::new(n))?;
+            let old = t.insert("k", (i + 100 * (round + 1)) as u64)?;
+            assert_eq!(old.map(|v| v.value()), Some((i + 100 * round) as u64));
+            drop(t);
+            assert!(matches!(
+                tx.open_table(TableDefinition::<&str, i64>::new(n)),
+                Err(Error::TableTypeMismatch { .. })
+            ));
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}
+
 #[test]
 fn create_delete_rename_list_tables() -> Result<()> {
     let db = mem_db();

@@ -102,6 +102,13 @@ pub(crate) fn lookup_table<S: btree::store::PageRead>(
     }
 }
 
+/// Tables in a catalog that a write transaction's typed open decodes
+/// whole, to share with later opens (`WriteCore::open_table_typed`): a
+/// bounded, one-time cost per catalog version. A larger catalog is used
+/// only once a reader decoded it; until then a writer looks its table up
+/// in the catalog tree.
+const WRITER_DECODES_CATALOG_UPTO: u64 = 16;
+
 /// Every entry of the catalog, in name order.
 pub(crate) fn read_catalog<S: btree::store::PageRead>(
     store: &S,
@@ -1014,10 +1021,17 @@ impl WriteCore {
             return self.open_table(name, &k, &v);
         }
         let base = st.base.clone();
-        let catalog = base
-            .tables
-            .get_or_load(|| read_catalog(&st.pages, &st.catalog))?;
-        let Some(cached) = catalog.get(name) else {
+        // Decoding the whole catalog costs one pass over it: a writer pays
+        // it only for a small catalog, else takes what a reader decoded.
+        let catalog = match base.tables.loaded() {
+            Some(catalog) => Some(catalog),
+            None if st.catalog.len <= WRITER_DECODES_CATALOG_UPTO => Some(
+                base.tables
+                    .get_or_load(|| read_catalog(&st.pages, &st.catalog))?,
+            ),
+            None => None,
+        };
+        let Some(cached) = catalog.and_then(|c| c.get(name)) else {
             drop(st);
             let (k, v) = names();
             return self.open_table(name, &k, &v);

@@ -137,6 +137,11 @@ pub(crate) struct TableCache {
 }
 
 impl TableCache {
+    /// The decoded catalog, if it was decoded already.
+    pub fn loaded(&self) -> Option<&std::collections::HashMap<String, CachedTable>> {
+        self.map.get()
+    }
+
     /// The decoded catalog, decoding it with `load` the first time (a
     /// failure is returned and nothing cached, so the next call retries).
     pub fn get_or_load(
