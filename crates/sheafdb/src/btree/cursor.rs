@@ -472,4 +472,19 @@ mod tests {
         assert_eq!(triomphe::Arc::count(&b), 2);
         assert_eq!(last.as_ref().map(LastKey::key), Some(&[7u8; 2][..]));
     }
+
+    #[test]
+    fn a_cache_slot_handle_is_the_same_page_as_its_counted_reference() {
+        // Cached pages reach the cursor as slot guards, not counted
+        // references: the identity test must see through both.
+        let a = page();
+        let slot = arc_swap::ArcSwapAny::new(Some(PageRef::into_thin(a.clone())));
+        let guarded = PageHandle::guarded(slot.load()).expect("a run");
+        let mut last = None;
+        LastKey::set(&mut last, &PageHandle::Ref(a.clone()), 0, 4);
+        let kept = triomphe::Arc::count(&a);
+        LastKey::set(&mut last, &guarded, 4, 8);
+        assert_eq!(triomphe::Arc::count(&a), kept, "no new reference taken");
+        assert_eq!(last.as_ref().map(|l| (l.start, l.end)), Some((4, 8)));
+    }
 }
