@@ -506,3 +506,105 @@ fn a_checkpoint_ends_while_writers_keep_every_cf_busy() {
         "checkpoint() did not end within 60 s beside busy writers: {r:?}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Session 19 review of `WriteCore::open_table_typed` (a write transaction's
+// typed open taking the catalog its base decoded once).
+
+/// FINDING: the fast path's debug check re-read the catalog and asserted on
+/// the result, so a failed read (the catalog page evicted, then EIO) panicked
+/// in debug builds instead of returning. Now a failed read proves nothing and
+/// the open returns (its table or an error), never panics.
+#[test]
+fn a_writer_open_from_the_decoded_catalog_survives_failing_reads() {
+    use sheafdb::storage::sim::Fault;
+    const T: sheafdb::TableDefinition<u64, u64> = sheafdb::TableDefinition::new("t");
+    const BIG: sheafdb::TableDefinition<u64, &[u8]> = sheafdb::TableDefinition::new("big");
+    let vfs = SimVfs::new();
+    let open = |create: bool| {
+        let b = Database::builder()
+            .page_size(4096)
+            .cache_size_bytes(0) // the smallest budget: 256 KiB
+            .background_checkpoints(false);
+        if create {
+            b.create_with_vfs(Arc::new(vfs.clone()), "p.sheaf")
+        } else {
+            b.open_with_vfs(Arc::new(vfs.clone()), "p.sheaf")
+        }
+        .unwrap()
+    };
+    let db = open(true);
+    let tx = db.begin_write().unwrap();
+    tx.open_table(T).unwrap().insert(1, 1).unwrap();
+    {
+        let mut b = tx.open_table(BIG).unwrap();
+        for k in 0..4000u64 {
+            b.insert(k, [7u8; 300].as_slice()).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db.close().unwrap();
+    let db = open(false);
+    let rx = db.begin_read().unwrap();
+    assert_eq!(rx.open_table(T).unwrap().len().unwrap(), 1); // decodes the catalog
+    for _ in 0..4 {
+        // Scans larger than the cache push the catalog page out.
+        assert_eq!(rx.open_table(BIG).unwrap().iter().unwrap().count(), 4000);
+    }
+    drop(rx);
+    let tx = db.begin_write().unwrap();
+    vfs.fail_from(1, Fault::Eio);
+    assert!(tx.list_tables().is_err(), "the catalog read fails");
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tx.open_table(T).map(|_| ())
+    }));
+    vfs.clear_faults();
+    assert!(opened.is_ok(), "a typed open panicked on a failed read");
+}
+
+/// FINDING: a writer decoding a small catalog whole failed every typed open
+/// when any one entry was damaged, where the lookup it replaced reads only
+/// the entry asked for (a writer must be able to open intact tables to save
+/// their data). Now a catalog that does not decode leaves the open to the
+/// lookup.
+#[test]
+fn one_damaged_catalog_entry_does_not_keep_a_writer_from_an_intact_table() {
+    let vfs = SimVfs::new();
+    let a: sheafdb::TableDefinition<u64, u64> = sheafdb::TableDefinition::new("a_tbl");
+    let db = Database::builder()
+        .page_size(4096)
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), "q.sheaf")
+        .unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_table(a).unwrap().insert(1, 1).unwrap();
+    tx.open_table(sheafdb::TableDefinition::<u64, u64>::new("b_tbl"))
+        .unwrap()
+        .insert(1, 1)
+        .unwrap();
+    tx.commit().unwrap();
+    db.close().unwrap();
+    // Make "b_tbl" "\xFF_tbl" in the catalog leaf (still after "a_tbl", not
+    // UTF-8) and fix the page's checksum, so only that entry is damaged.
+    let mut bytes = vfs.file_bytes("q.sheaf").unwrap();
+    let mut edited = 0;
+    for page in bytes.chunks_mut(4096) {
+        let Some(i) = page.windows(5).position(|w| w == b"b_tbl") else {
+            continue;
+        };
+        page[i] = 0xFF;
+        let crc = crc32c::crc32c(&page[4..]);
+        page[..4].copy_from_slice(&crc.to_le_bytes());
+        edited += 1;
+    }
+    assert_eq!(edited, 1, "one catalog page names b_tbl");
+    vfs.set_file_bytes("q.sheaf", bytes);
+    let db = Database::builder()
+        .background_checkpoints(false)
+        .open_with_vfs(Arc::new(vfs.clone()), "q.sheaf")
+        .unwrap();
+    let tx = db.begin_write().unwrap();
+    let len = tx.open_table(a).and_then(|t| t.len());
+    assert_eq!(len.ok(), Some(1), "a typed open of the intact table");
+    assert!(tx.list_tables().is_err(), "the damage is still reported");
+}
