@@ -49,8 +49,9 @@ fn count(f: impl FnOnce()) -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-#[test]
-fn open_table_and_point_reads_allocate_nothing_once_warm() -> sheafdb::Result<()> {
+/// A database whose table `T` holds 2,000 keys (returned), committed and
+/// not yet checkpointed.
+fn loaded() -> sheafdb::Result<(Database, Vec<String>)> {
     let db = Database::builder()
         .background_checkpoints(false)
         .sync_interval(Duration::from_secs(3600))
@@ -64,6 +65,12 @@ fn open_table_and_point_reads_allocate_nothing_once_warm() -> sheafdb::Result<()
         }
     }
     tx.commit()?;
+    Ok((db, keys))
+}
+
+#[test]
+fn open_table_and_point_reads_allocate_nothing_once_warm() -> sheafdb::Result<()> {
+    let (db, keys) = loaded()?;
     db.checkpoint()?;
     // Some buffered commits above the tree too.
     for k in keys.iter().step_by(50) {
@@ -110,19 +117,7 @@ fn open_table_and_point_reads_allocate_nothing_once_warm() -> sheafdb::Result<()
 
 #[test]
 fn a_range_over_the_tree_allocates_its_bound_and_its_path_only() -> sheafdb::Result<()> {
-    let db = Database::builder()
-        .background_checkpoints(false)
-        .sync_interval(Duration::from_secs(3600))
-        .create_with_vfs(Arc::new(MemVfs::new()), "a.sheaf")?;
-    let keys: Vec<String> = (0..2000).map(|i| format!("key-{i:06}")).collect();
-    let tx = db.begin_write()?;
-    {
-        let mut t = tx.open_table(T)?;
-        for (i, k) in keys.iter().enumerate() {
-            t.insert(k.as_str(), i as u64)?;
-        }
-    }
-    tx.commit()?;
+    let (db, keys) = loaded()?;
     db.checkpoint()?; // the buffer is folded: ranges read the tree alone
     let scan = |rx: &sheafdb::ReadTransaction| -> sheafdb::Result<u64> {
         let t = rx.open_table(T)?;
