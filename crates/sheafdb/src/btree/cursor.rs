@@ -17,7 +17,7 @@
 
 use std::ops::Bound;
 
-use super::node::{NodeRef, MAX_LEVEL};
+use super::node::{LeafCell, NodeRef, MAX_LEVEL};
 use super::store::PageRead;
 use super::{child_level, load_value, read_node_for, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
@@ -60,7 +60,11 @@ struct LastKey {
 
 impl LastKey {
     fn key(&self) -> &[u8] {
-        &self.page.bytes()[self.start..self.end]
+        // In bounds: the range is a decoded cell's key (`LastKey::set`).
+        self.page
+            .bytes()
+            .get(self.start..self.end)
+            .unwrap_or_default()
     }
 
     /// Records that `key` (bytes `start..end` of `page`) was yielded.
@@ -115,14 +119,6 @@ pub struct Cursor {
     hi: Bound<Vec<u8>>,
     front: End,
     back: End,
-}
-
-fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
-    match b {
-        Bound::Included(k) => Bound::Included(k.to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
 }
 
 /// True if `key` is past the upper bound `hi`.
@@ -241,6 +237,20 @@ fn descend<S: PageRead + ?Sized>(
     }
 }
 
+/// The entry of `cell` in leaf `page`, noted as the last one its end
+/// yielded (`last`).
+fn yield_cell<S: PageRead + ?Sized>(
+    store: &S,
+    page: &PageHandle,
+    cell: &LeafCell,
+    last: &mut Option<LastKey>,
+) -> Result<(KeyRef, ValueRef)> {
+    let (start, end) = (cell.key_off, cell.key_off + cell.key.len());
+    let value = load_value(store, page, cell.value)?;
+    LastKey::set(last, page, start, end);
+    Ok((Bytes::new(page.to_ref(), start, end), value))
+}
+
 /// Moves the front path to the next leaf. False when there is none.
 fn advance<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bool> {
     let ps = store.page_size();
@@ -283,7 +293,7 @@ impl Cursor {
     /// A cursor over the keys of `root` within `(lo, hi)`. Nothing is read
     /// until the first step. An empty or inverted range yields nothing.
     pub fn new(root: &TreeRoot, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Cursor {
-        Cursor::with_bounds(root, owned(lo), owned(hi))
+        Cursor::with_bounds(root, lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec))
     }
 
     /// [`Cursor::new`] taking bounds the caller owns already (no copy).
@@ -377,11 +387,7 @@ impl Cursor {
                 self.front.finish();
                 return Ok(None);
             }
-            let (start, end) = (cell.key_off, cell.key_off + cell.key.len());
-            let key = Bytes::new(frame.page.to_ref(), start, end);
-            let value = load_value(store, &frame.page, cell.value)?;
-            LastKey::set(&mut self.front.last, &frame.page, start, end);
-            return Ok(Some((key, value)));
+            return yield_cell(store, &frame.page, &cell, &mut self.front.last).map(Some);
         }
     }
 
@@ -436,11 +442,7 @@ impl Cursor {
                 self.back.finish();
                 return Ok(None);
             }
-            let (start, end) = (cell.key_off, cell.key_off + cell.key.len());
-            let key = Bytes::new(frame.page.to_ref(), start, end);
-            let value = load_value(store, &frame.page, cell.value)?;
-            LastKey::set(&mut self.back.last, &frame.page, start, end);
-            return Ok(Some((key, value)));
+            return yield_cell(store, &frame.page, &cell, &mut self.back.last).map(Some);
         }
     }
 }

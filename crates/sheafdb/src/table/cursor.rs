@@ -181,8 +181,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
     ) -> Result<Range<'static, K, V>> {
-        let owned = |b: Bound<&[u8]>| b.map(<[u8]>::to_vec);
-        Ok(self.read_range(owned(lo), owned(hi)))
+        Ok(self.read_range(lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec)))
     }
 }
 

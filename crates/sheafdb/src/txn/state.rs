@@ -26,7 +26,7 @@ use crate::types::{CfId, IdMap, TableId};
 use crate::wal::record::{CommitEncoder, Op};
 
 use super::pages::TxnPages;
-use super::version::{thread_token, CfShared, CfVersion};
+use super::version::{thread_token, CachedTable, CfShared, CfVersion};
 use super::MAX_TABLE_NAME;
 
 /// Pending write bytes (keys and values) of one table past which they are
@@ -122,6 +122,27 @@ pub(crate) fn read_catalog<S: btree::store::PageRead>(
         all.push((name, TableMeta::decode(v.as_slice())?));
     }
     Ok(all)
+}
+
+/// Table `name` as `st`'s base version decoded its catalog, if `st` reads
+/// that catalog untouched and has not loaded the table yet (`None`: look
+/// it up). A writer decodes a catalog of at most
+/// [`WRITER_DECODES_CATALOG_UPTO`] tables itself; one that does not decode
+/// whole (a damaged entry of another table, a failed read) is left to the
+/// lookup, which reads only the entry asked for.
+fn base_catalog_entry<'s>(st: &'s WriteState, name: &str) -> Option<&'s CachedTable> {
+    if st.tables.contains_key(name) || st.catalog_changed || st.catalog != st.base.catalog {
+        return None;
+    }
+    let tables = &st.base.tables;
+    let catalog = match tables.loaded() {
+        Some(catalog) => catalog,
+        None if st.catalog.len <= WRITER_DECODES_CATALOG_UPTO => tables
+            .get_or_load(|| read_catalog(&st.pages, &st.catalog))
+            .ok()?,
+        None => return None,
+    };
+    catalog.get(name)
 }
 
 /// Names of the catalog's tables, sorted.
@@ -1001,12 +1022,14 @@ impl WriteCore {
     }
 
     /// [`WriteCore::open_table`] for Rust types whose ids are `ids`; their
-    /// type names are asked of `names` only when needed. A table of the
-    /// base version's catalog that this transaction has not touched is
-    /// found in the catalog the base decoded once (`CfVersion::tables`,
-    /// shared with read transactions), and once opened with these types
-    /// their names are not compared again: a transaction that opens a
-    /// table it writes reads no catalog page and checks no type name.
+    /// type names are asked of `names` only when needed, and never while
+    /// this transaction's locks are held (they are the caller's code). A
+    /// table of the base version's catalog that this transaction has not
+    /// touched, opened before with these types, is taken from the catalog
+    /// the base decoded once (`CfVersion::tables`, shared with read
+    /// transactions): no catalog page read, no type name built. Any other
+    /// open takes [`WriteCore::open_table`], and a first open with these
+    /// types that succeeds there records them for the next.
     pub fn open_table_typed(
         &self,
         name: &str,
@@ -1015,38 +1038,24 @@ impl WriteCore {
     ) -> Result<()> {
         check_table_name(name)?;
         let mut st = self.state()?;
-        if st.tables.contains_key(name) || st.catalog_changed || st.catalog != st.base.catalog {
+        let Some(cached) = base_catalog_entry(&st, name) else {
             drop(st);
             let (k, v) = names();
             return self.open_table(name, &k, &v);
+        };
+        if cached.typed.get() != Some(&ids) {
+            let base = st.base.clone();
+            drop(st);
+            let (k, v) = names();
+            self.open_table(name, &k, &v)?;
+            if let Some(t) = base.tables.loaded().and_then(|c| c.get(name)) {
+                let _ = t.typed.set(ids);
+            }
+            return Ok(());
         }
-        let base = st.base.clone();
-        // Decoding the whole catalog costs one pass over it: a writer pays
-        // it only for a small catalog, else takes what a reader decoded.
-        let catalog = match base.tables.loaded() {
-            Some(catalog) => Some(catalog),
-            // A catalog that does not decode whole (a damaged entry of
-            // another table, a failed read) is left to the lookup below,
-            // which reads only the entry asked for.
-            None if st.catalog.len <= WRITER_DECODES_CATALOG_UPTO => base
-                .tables
-                .get_or_load(|| read_catalog(&st.pages, &st.catalog))
-                .ok(),
-            None => None,
-        };
-        let Some(cached) = catalog.and_then(|c| c.get(name)) else {
-            drop(st);
-            let (k, v) = names();
-            return self.open_table(name, &k, &v);
-        };
         let mut open = self.open_tables.lock();
         if open.contains(name) {
             return Err(Error::TableAlreadyOpen(name.to_string()));
-        }
-        if cached.typed.get() != Some(&ids) {
-            let (k, v) = names();
-            check_types(name, &cached.meta, &k, &v)?;
-            let _ = cached.typed.set(ids);
         }
         // The decoded entry is the tree's (a failed read proves nothing
         // either way: the fast path itself reads no page).
@@ -1058,8 +1067,8 @@ impl WriteCore {
                 "the base's decoded catalog disagrees with the catalog tree"
             );
         }
-        st.tables
-            .insert(name.to_string(), TableState::loaded(cached.meta.clone()));
+        let meta = cached.meta.clone();
+        st.tables.insert(name.to_string(), TableState::loaded(meta));
         open.insert(name.to_string());
         Ok(())
     }
