@@ -26,7 +26,6 @@
 //! Invariant 4 (design.md §11): data synced before the superblock that
 //! references it; generations strictly increase.
 
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -47,7 +46,7 @@ use crate::pager::alloc::CfAllocator;
 use crate::pager::ranges::RangeSet;
 use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfShared, CfVersion};
-use crate::types::{CfId, Lsn, PageId, Version};
+use crate::types::{CfId, IdMap, Lsn, PageId, Version};
 use crate::wal::Retire;
 
 /// Where a checkpoint put the metadata blob, and the file length it
@@ -331,7 +330,7 @@ impl DbShared {
     fn spill_pinned(
         &self,
         pinned: &[(PageId, u32)],
-        dirty: &HashMap<PageId, u32>,
+        dirty: &IdMap<PageId, u32>,
         runs: &mut Vec<(PageId, PageRef)>,
     ) -> Vec<(PageId, u32)> {
         let ps = self.space.pager.page_size();
@@ -738,7 +737,7 @@ fn replay_floor(cfs: &[Arc<CfShared>], plans: &[Plan], log_end: Lsn, prev: Lsn) 
 fn collect_cf_dirty(
     store: &ReadPages,
     catalog: &TreeRoot,
-    dirty: &HashMap<PageId, u32>,
+    dirty: &IdMap<PageId, u32>,
     out: &mut Vec<(PageId, PageRef)>,
 ) -> Result<()> {
     let is_dirty = |id: PageId| dirty.contains_key(&id);

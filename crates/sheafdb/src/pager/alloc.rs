@@ -753,7 +753,17 @@ impl CfAllocator {
     /// Runs allocated after the durable base and live at version `upto`:
     /// exactly what a checkpoint of `upto` must write. This includes runs a
     /// later commit already freed (the snapshot still reaches them).
-    pub fn dirty_runs(&self, upto: Version) -> std::collections::HashMap<PageId, u32> {
+    ///
+    /// The map is sized once, for every run it could hold, and hashed with
+    /// [`IdHasher`](crate::types::IdHasher): this runs under the allocator
+    /// lock, and a map grown by doubling with SipHash made a checkpoint
+    /// after a 500,000-key removal spend about a sixth of its time here,
+    /// mostly in the allocator merging freed chunks at each regrowth.
+    pub fn dirty_runs(&self, upto: Version) -> IdMap<PageId, u32> {
+        let mut out = IdMap::with_capacity_and_hasher(
+            self.recent.len() + self.freed.len(),
+            Default::default(),
+        );
         let live_recent = self
             .recent
             .iter()
@@ -766,7 +776,8 @@ impl CfAllocator {
                 f.allocated_at > self.base_version && f.allocated_at <= upto && f.freed_at > upto
             })
             .map(|(&p, f)| (PageId(p), f.npages));
-        live_recent.chain(live_freed).collect()
+        out.extend(live_recent.chain(live_freed));
+        out
     }
 
     /// Free space of the CF as of version `at` (≥ the durable base, ≤ the
