@@ -174,6 +174,12 @@ fn run_sequence(seed: u64, txns: usize) -> Result<()> {
     let mut db: Database = open()?;
     let mut committed = Model::new();
     for _ in 0..txns {
+        if rng.gen_bool(0.25) {
+            // A key filter built from this state: every insert and removal
+            // below checks the old value it returns (design.md "Key
+            // filter", F1), across folds, rounds, deletes and reopens.
+            db.build_key_filters()?;
+        }
         let mut working = committed.clone();
         // A snapshot held across the transaction and any fold it meets.
         let snapshot = match rng.gen_bool(0.3) {
@@ -230,6 +236,14 @@ fn run_sequence(seed: u64, txns: usize) -> Result<()> {
             }
             if rng.gen_bool(0.02) {
                 db.fold_step()?; // busy writer: nothing folds
+            }
+            if rng.gen_bool(0.01) {
+                // This thread holds the writer a build needs.
+                let r = db.build_key_filters();
+                assert!(
+                    matches!(r, Err(sheafdb::Error::WouldDeadlock(_))),
+                    "seed {seed}: {r:?}"
+                );
             }
         }
         match rng.gen_range(0..10) {

@@ -677,6 +677,15 @@ impl MemBuffer {
         best.is_none_or(|b| visit(&b.key().key, b.value()))
     }
 
+    /// Calls `f` with the table and key of every entry, puts and
+    /// tombstones, at every version (a key filter's build: a superset of
+    /// the keys a fold can put into the trees).
+    pub fn visit_keys(&self, mut f: impl FnMut(TableId, &[u8])) {
+        for e in self.map.iter() {
+            f(e.key().table, &e.key().key);
+        }
+    }
+
     /// Every entry newer than `after`, in version order (keys in order
     /// within a version): what stays buffered when a fold covers the
     /// versions up to `after`.

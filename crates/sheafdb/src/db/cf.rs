@@ -224,11 +224,16 @@ impl Database {
     pub fn create_cf(&self, name: &str) -> Result<ColumnFamily> {
         check_cf_name(name)?;
         self.shared.check_open()?;
-        let _registry = self.shared.registry.create_drop.lock();
-        if self.shared.cf_by_name(name).is_some() {
-            return Err(Error::CfExists(name.to_string()));
-        }
-        Ok(self.handle(self.shared.create_cf(name)?))
+        let cf = {
+            let _registry = self.shared.registry.create_drop.lock();
+            if self.shared.cf_by_name(name).is_some() {
+                return Err(Error::CfExists(name.to_string()));
+            }
+            self.shared.create_cf(name)?
+        };
+        // (After the CF lock: a writer lock ranks below it.)
+        super::key_filter::start_empty(&self.shared, &cf)?;
+        Ok(self.handle(cf))
     }
 
     /// `ForeignHandle` unless `cf` is a handle of this database.
@@ -252,11 +257,15 @@ impl Database {
             return Ok(self.handle(cf));
         }
         self.shared.check_open()?;
-        let _registry = self.shared.registry.create_drop.lock();
-        if let Some(cf) = self.shared.cf_by_name(name) {
-            return Ok(self.handle(cf));
-        }
-        Ok(self.handle(self.shared.create_cf(name)?))
+        let cf = {
+            let _registry = self.shared.registry.create_drop.lock();
+            if let Some(cf) = self.shared.cf_by_name(name) {
+                return Ok(self.handle(cf));
+            }
+            self.shared.create_cf(name)?
+        };
+        super::key_filter::start_empty(&self.shared, &cf)?;
+        Ok(self.handle(cf))
     }
 
     /// Drops a column family and all its tables. Waits for its writer in

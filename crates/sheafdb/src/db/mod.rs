@@ -21,6 +21,7 @@ mod compact;
 mod health;
 mod info;
 mod integrity;
+mod key_filter;
 mod open;
 mod recover;
 mod registry;
@@ -109,6 +110,11 @@ pub(crate) struct Options {
     /// Open a WAL damaged in the middle up to the damage
     /// (`Builder::salvage_damaged_wal`).
     pub salvage_damaged_wal: bool,
+    /// Bytes the key filters of every CF may take (0: none;
+    /// `Builder::key_filter_memory`).
+    pub key_filter_memory: u64,
+    /// Keys the smallest key filter holds (tests lower it).
+    pub key_filter_min_keys: u64,
 }
 
 impl Default for Options {
@@ -132,6 +138,8 @@ impl Default for Options {
             txn_spill_bytes: crate::txn::SPILL_BYTES,
             fold_patience: Duration::from_secs(3),
             salvage_damaged_wal: false,
+            key_filter_memory: 64 << 20,
+            key_filter_min_keys: crate::txn::key_filter::MIN_CAPACITY,
         }
     }
 }
@@ -158,6 +166,9 @@ pub(crate) struct DbShared {
     /// Damage in the middle of the WAL this open salvaged around
     /// (`Builder::salvage_damaged_wal`): the commits from it on are lost.
     pub wal_damage: OnceLock<WalDamage>,
+    /// Bytes of the CFs' key filters, their bound, and the signal of the
+    /// `sheafdb-keyfilter` thread (`db::key_filter`).
+    pub filter_budget: Arc<crate::txn::key_filter::FilterBudget>,
     threads: Mutex<Threads>,
     /// Released when the last handle (database, CF handle, transaction)
     /// is gone, so no other instance can open the file while an old
@@ -169,6 +180,7 @@ pub(crate) struct DbShared {
 #[derive(Debug, Default)]
 pub(crate) struct Threads {
     checkpointer: Option<std::thread::JoinHandle<()>>,
+    key_filter: Option<std::thread::JoinHandle<()>>,
     flusher: Option<FlusherHandle>,
 }
 
@@ -230,6 +242,11 @@ impl DbShared {
     /// Starts the WAL flusher and (if enabled) the background
     /// checkpointer. `Error::Io` if a thread cannot be spawned.
     fn start_threads(self: &Arc<Self>) -> Result<()> {
+        let cfs: Vec<Arc<crate::txn::CfShared>> =
+            self.registry.cfs.read().values().cloned().collect();
+        for cf in cfs {
+            key_filter::start_empty(self, &cf)?;
+        }
         let mut t = self.threads.lock();
         // A failed background sync poisons the database like a foreign one.
         let weak = Arc::downgrade(self);
@@ -254,12 +271,28 @@ impl DbShared {
                     .spawn(move || checkpointer::checkpointer_loop(weak))?,
             );
         }
+        // Background work like checkpoints: off with them (a test that
+        // turns them off counts every storage operation it makes).
+        let filters = self.filter_budget.limit() > 0 && !self.health.is_read_only();
+        if filters && self.options.background_checkpoints {
+            let weak = Arc::downgrade(self);
+            t.key_filter = Some(
+                std::thread::Builder::new()
+                    .name("sheafdb-keyfilter".into())
+                    .spawn(move || key_filter::builder_loop(weak))?,
+            );
+            self.filter_budget.wake();
+        }
         Ok(())
     }
 
     fn stop_threads(&self) {
         self.ckpt.shutdown();
+        self.filter_budget.shutdown();
         let mut t = self.threads.lock();
+        if let Some(h) = t.key_filter.take() {
+            let _ = h.join();
+        }
         t.flusher = None;
         if let Some(h) = t.checkpointer.take() {
             let _ = h.join();
@@ -282,6 +315,17 @@ pub struct MemoryStats {
     /// Write transactions that began at the stall mark and folded
     /// buffers before they started, since open.
     pub buffer_stalls: u64,
+    /// Bytes of the key filters over all column families (design.md
+    /// "Key filter"); never above `key_filter_limit_bytes`.
+    pub key_filter_bytes: u64,
+    /// The bound of the key filters (`Builder::key_filter_memory`).
+    pub key_filter_limit_bytes: u64,
+    /// Tree descents a key filter spared write transactions since open
+    /// (a put or removal of a key no tree holds).
+    pub key_filter_skips: u64,
+    /// Key filters built since open (each CF's first, and each rebuild
+    /// once new keys filled the last).
+    pub key_filter_builds: u64,
 }
 
 /// Options for creating or opening a database.
@@ -372,6 +416,28 @@ impl Builder {
     #[doc(hidden)]
     pub fn fold_round_pages(mut self, pages: u64) -> Self {
         self.options.fold_round_pages = Some(pages.max(1));
+        self
+    }
+
+    /// Bytes the key filters of all column families may take (design.md
+    /// "Key filter"; default 64 MiB; 0: none). A CF's filter is a Bloom
+    /// filter over its trees' keys, about 1.25–2.5 bytes per key, built
+    /// in the background after open and rebuilt as the CF grows: a put or
+    /// removal of a key the filter lacks needs no tree descent for its old
+    /// value. A CF whose filter does not fit goes without one. The builds
+    /// run on the background thread only while background checkpoints are
+    /// on (`background_checkpoints`).
+    pub fn key_filter_memory(mut self, bytes: u64) -> Self {
+        self.options.key_filter_memory = bytes;
+        self
+    }
+
+    /// Keys the smallest key filter is sized for (default 65,536); tests
+    /// lower it so that filters fill, chains grow and builds happen with
+    /// few keys.
+    #[doc(hidden)]
+    pub fn key_filter_min_keys(mut self, keys: u64) -> Self {
+        self.options.key_filter_min_keys = keys;
         self
     }
 
@@ -691,7 +757,20 @@ impl Database {
             buffered_bytes: self.shared.budget.used(),
             buffer_limit_bytes: self.shared.budget.limit(),
             buffer_stalls: self.shared.budget.stalls(),
+            key_filter_bytes: self.shared.filter_budget.used(),
+            key_filter_limit_bytes: self.shared.filter_budget.limit(),
+            key_filter_skips: self.shared.filter_budget.skipped(),
+            key_filter_builds: self.shared.filter_budget.built(),
         }
+    }
+
+    /// Builds every column family's key filter now, waiting for each
+    /// one's writer (`WouldDeadlock` if this thread holds one); the
+    /// background thread does this on its own. For tests.
+    #[doc(hidden)]
+    pub fn build_key_filters(&self) -> Result<()> {
+        self.shared.check_open()?;
+        key_filter::build_all(&self.shared, key_filter::Wait::Block).map(drop)
     }
 
     /// Statistics of the WAL (records, bytes, syncs).

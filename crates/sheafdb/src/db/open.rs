@@ -365,6 +365,10 @@ fn new_shared(
         wal: OnceLock::new(),
         options: opts.options.clone(),
         replayed_records: AtomicU64::new(0),
+        filter_budget: Arc::new(crate::txn::key_filter::FilterBudget::with_min_keys(
+            opts.options.key_filter_memory,
+            opts.options.key_filter_min_keys,
+        )),
         wal_damage: OnceLock::new(),
         threads: parking_lot::Mutex::new(Threads::default()),
         _lock: lock,

@@ -21,6 +21,7 @@ use crate::table::{
     MultimapTable, MultimapTableDefinition, ReadOnlyMultimapTable, ReadOnlyTable, Table,
 };
 use crate::txn::pages::ReadPages;
+use crate::txn::state::KeyFilterUse;
 use crate::txn::{
     check_table_name, check_types, list_catalog, lookup_table, read_catalog, CfShared, CfVersion,
     DbVersion, Durability, KeyIndex, WriteCore, WriteState, WriterGuard,
@@ -442,6 +443,13 @@ impl WriteTransaction {
         let mut state =
             WriteState::new(shared.space.clone(), &cf, lock.head.clone(), Some(log_max));
         state.spill_bytes = shared.options.txn_spill_bytes;
+        // Under the writer lock: a filter installed later sees this
+        // transaction finished (F1).
+        state.key_filter = (shared.filter_budget.limit() > 0).then(|| KeyFilterUse {
+            targets: cf.key_filter.targets(),
+            cf: cf.clone(),
+            budget: shared.filter_budget.clone(),
+        });
         Ok(WriteTransaction {
             durability: shared.options.durability,
             shared,

@@ -24,6 +24,7 @@
 //! - a snapshot holds its version's `ReclaimBatch`, so no page it can
 //!   reach is reused while it lives (design.md §5).
 
+pub mod key_filter;
 pub mod pages;
 pub mod savepoint;
 pub mod state;

@@ -25,6 +25,7 @@ use crate::pager::space::PageSpace;
 use crate::types::{CfId, IdMap, TableId};
 use crate::wal::record::{CommitEncoder, Op};
 
+use super::key_filter::{self, FilterBudget, FilterTargets};
 use super::pages::TxnPages;
 use super::version::{thread_token, CachedTable, CfShared, CfVersion};
 use super::MAX_TABLE_NAME;
@@ -247,6 +248,41 @@ pub(crate) struct WriteState {
     /// Pending write bytes of one table (with pages) past which they are
     /// applied to its tree ([`SPILL_BYTES`] unless the database says).
     pub spill_bytes: u64,
+    /// The CF's key filters as this transaction began (under the writer
+    /// lock): every put is added to them, and a trusted one spares the
+    /// tree descent of a key it lacks (F1, `txn::key_filter`). `None` for
+    /// states that are not a user's write transaction (folds, replay,
+    /// compaction), which neither add nor trust.
+    pub key_filter: Option<KeyFilterUse>,
+}
+
+/// A write transaction's use of its CF's key filters.
+#[derive(Debug)]
+pub(crate) struct KeyFilterUse {
+    pub targets: Arc<FilterTargets>,
+    pub cf: Arc<CfShared>,
+    /// The database's filter budget and builder signal.
+    pub budget: Arc<FilterBudget>,
+}
+
+impl KeyFilterUse {
+    /// The chain's last filter filled: a larger one takes the new keys
+    /// from now on (this transaction holds the writer lock, F1); a chain
+    /// grown too long, or one the budget cannot extend, asks the builder
+    /// thread for one filter in its place.
+    fn grow(&mut self) {
+        let longer = self.cf.key_filter.extend();
+        let too_long = match longer {
+            Some(t) => {
+                self.targets = t;
+                self.targets.chain.len() > key_filter::MAX_CHAIN
+            }
+            None => true,
+        };
+        if too_long && self.cf.key_filter.want_build() {
+            self.budget.wake();
+        }
+    }
 }
 
 impl WriteState {
@@ -277,6 +313,7 @@ impl WriteState {
             next_savepoint: 0,
             keep_log: false,
             spill_bytes: SPILL_BYTES,
+            key_filter: None,
         }
     }
 
@@ -398,6 +435,12 @@ impl WriteState {
     /// change to the table's `log_counts`. Every logged put and removal
     /// goes through here, so the record's `CountChange`s cover them all.
     pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
+        // A key that existed is in the filters already (F1).
+        if let (Some(f), Some(_), false) = (&mut self.key_filter, value, existed) {
+            if f.targets.add(id, key) {
+                f.grow();
+            }
+        }
         match value {
             Some(value) => self.log(&Op::Put {
                 table: id,
@@ -797,8 +840,26 @@ impl WriteState {
         let buffered = || self.buffer_at().and_then(|(buf, at)| buf.get(id, key, at));
         let mut pending = std::iter::once(own).chain(std::iter::once_with(buffered));
         merge::get(&mut pending, || {
+            if self.tree_lacks(id, key) {
+                return Ok(None);
+            }
             Ok(btree::get(&self.pages, root, key)?.map(Held::Page))
         })
+    }
+
+    /// True if the trusted key filter says no tree of this transaction
+    /// holds `key` of table `id` (F1: the base is at or past the version
+    /// the filter was built from, and this transaction's own puts went
+    /// into it).
+    fn tree_lacks(&self, id: TableId, key: &[u8]) -> bool {
+        let Some(f) = &self.key_filter else {
+            return false;
+        };
+        let lacks = f.targets.lacks(self.base.version, id, key);
+        if lacks {
+            key_filter::note_skip(&f.budget);
+        }
+        lacks
     }
 
     /// Logs that `key` of table `id` becomes `value` (`None`: removed) and

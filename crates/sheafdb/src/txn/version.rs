@@ -392,6 +392,8 @@ pub(crate) struct CfShared {
     /// checkpoint rewrites its descriptor (whose free list must lie in
     /// its extents) even if it has no new commit.
     pub extents_changed: std::sync::atomic::AtomicBool,
+    /// The Bloom filter over its trees' keys (design.md "Key filter").
+    pub key_filter: super::key_filter::CfKeyFilter,
 }
 
 impl CfShared {
@@ -420,6 +422,7 @@ impl CfShared {
             head_version,
             folding: std::sync::atomic::AtomicBool::new(false),
             extents_changed: std::sync::atomic::AtomicBool::new(false),
+            key_filter: Default::default(),
         }
     }
 

@@ -1,0 +1,322 @@
+//! The key filter (design.md "Key filter", invariant F1): a write
+//! transaction that puts or removes a key no tree holds skips the tree
+//! descent for its old value, and never skips one for a key that is there,
+//! whatever state the filter was built from (trees, buffers, replayed
+//! commits, other CFs), while transactions race its builds, and within its
+//! memory bound. `tests/model.rs` also builds filters at random points of
+//! its sequences and checks every old value against its model.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::builder;
+use sheafdb::storage::sim::{CrashPolicy, SimVfs};
+use sheafdb::{Database, Durability, Result, TableDefinition};
+
+const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+
+fn open(vfs: &SimVfs) -> Database {
+    builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")
+        .unwrap()
+}
+
+/// Inserts `keys` (value = key + `plus`) in one transaction.
+fn put_all(db: &Database, keys: impl Iterator<Item = u64>, plus: u64) {
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(T).unwrap();
+        for k in keys {
+            t.insert(k, k + plus).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+fn skips(db: &Database) -> u64 {
+    db.memory_stats().key_filter_skips
+}
+
+#[test]
+fn new_keys_skip_the_tree_and_existing_ones_keep_their_old_values() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = open(&vfs);
+    // A new database's filter is trusted at once (it has no key).
+    put_all(&db, (0..20_000).map(|k| k * 2), 0); // even keys
+    assert!(skips(&db) >= 19_000, "{}", skips(&db));
+    db.checkpoint()?;
+    put_all(&db, (0..2_000).map(|k| k * 2 + 40_000), 0); // buffered
+    db.build_key_filters()?;
+    assert!(db.memory_stats().key_filter_bytes > 0);
+    let before = skips(&db);
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for k in 0..5_000u64 {
+            // Odd keys are new; even ones are in the trees or the buffer.
+            assert_eq!(t.insert(k * 2 + 1, 7)?.map(|g| g.value()), None, "{k}");
+            let even = k * 2 + if k % 2 == 0 { 0 } else { 40_000 };
+            // The evens below 44,000 were loaded or buffered.
+            let want = (even < 44_000).then_some(even);
+            assert_eq!(t.insert(even, 9)?.map(|g| g.value()), want, "{even}");
+        }
+        for k in 0..1_000u64 {
+            assert!(t.remove(k * 2 + 100_001)?.is_none(), "absent {k}");
+            assert_eq!(t.remove(k * 4)?.map(|g| g.value()), Some(9));
+        }
+        // New: 5,000 odd keys and the 1,500 evens from 44,000 on.
+        assert_eq!(t.len()?, 22_000 + 5_000 + 1_500 - 1_000);
+    }
+    tx.commit()?;
+    let skipped = skips(&db) - before;
+    // 7,500 absent keys; a Bloom filter lets about one in a hundred by.
+    assert!(
+        (7_300..=7_500).contains(&skipped),
+        "{skipped} descents skipped"
+    );
+    // The odd keys the transaction added are in the filter now.
+    let tx = db.begin_write()?;
+    assert_eq!(tx.open_table(T)?.insert(1, 3)?.map(|g| g.value()), Some(7));
+    tx.commit()?;
+    db.check_integrity()?;
+    Ok(())
+}
+
+#[test]
+fn commits_replayed_at_open_are_in_the_filter_built_after_it() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = open(&vfs);
+    put_all(&db, 0..1_000, 0);
+    db.checkpoint()?;
+    // Committed after the checkpoint: only in the WAL at the crash.
+    for k in 1_000..1_500u64 {
+        put_all(&db, std::iter::once(k), 1);
+    }
+    let crashed = vfs.crash_with(3, CrashPolicy::DropAll);
+    drop(db);
+    let db = builder()
+        .background_checkpoints(false)
+        .open_with_vfs(Arc::new(crashed), "k.sheaf")?;
+    assert!(db.replayed_records() >= 500, "nothing was replayed");
+    db.build_key_filters()?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for k in 0..2_000u64 {
+            let want = match k {
+                0..=999 => Some(k),
+                1_000..=1_499 => Some(k + 1),
+                _ => None,
+            };
+            assert_eq!(t.insert(k, 0)?.map(|g| g.value()), want, "key {k}");
+        }
+        assert_eq!(t.len()?, 2_000);
+    }
+    tx.commit()?;
+    assert!(skips(&db) >= 450, "{} skips", skips(&db));
+    db.checkpoint()?;
+    db.check_integrity()?;
+    Ok(())
+}
+
+#[test]
+fn the_filter_of_one_column_family_says_nothing_of_another() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = open(&vfs);
+    let a = db.create_cf("a")?;
+    let b = db.create_cf("b")?;
+    let put = |cf: &sheafdb::ColumnFamily, k: u64, v: u64| -> Result<Option<u64>> {
+        let tx = cf.begin_write()?;
+        let old = tx.open_table(T)?.insert(k, v)?.map(|g| g.value());
+        tx.commit()?;
+        Ok(old)
+    };
+    for k in 0..500 {
+        assert_eq!(put(&a, k, 1)?, None);
+    }
+    db.build_key_filters()?;
+    for k in 0..500 {
+        assert_eq!(put(&b, k, 2)?, None, "new in b");
+        assert_eq!(put(&a, k, 3)?, Some(1), "still in a");
+        assert_eq!(put(&b, k, 4)?, Some(2), "now in b");
+    }
+    // Another table of the same CF is another key too.
+    let tx = a.begin_write()?;
+    let other: TableDefinition<u64, u64> = TableDefinition::new("other");
+    assert!(tx.open_table(other)?.insert(7, 1)?.is_none());
+    tx.commit()?;
+    Ok(())
+}
+
+/// A writer commits while another thread builds filters over and over (and
+/// the filter, sized for few keys, fills and asks for more): each
+/// transaction puts a new key and rewrites an old one, whose old value
+/// must come back every time.
+#[test]
+fn a_writer_racing_filter_builds_never_loses_an_old_value() {
+    let vfs = SimVfs::new();
+    let db = Arc::new(open(&vfs));
+    put_all(&db, 0..100, 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let builds = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                db.build_key_filters().unwrap();
+                n += 1;
+                if n.is_multiple_of(4) {
+                    db.checkpoint().unwrap();
+                }
+            }
+            n
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut k = 100u64;
+    while Instant::now() < deadline || k < 2_000 {
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(Durability::None);
+        {
+            let mut t = tx.open_table(T).unwrap();
+            assert_eq!(t.insert(k, k).unwrap().map(|g| g.value()), None, "{k}");
+            let old = k / 2;
+            let got = t.insert(old, old).unwrap().map(|g| g.value());
+            assert_eq!(got, Some(old), "old value of {old} lost");
+        }
+        tx.commit().unwrap();
+        k += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let n = builds.join().unwrap();
+    assert!(n >= 10, "only {n} builds raced the writer");
+    assert!(skips(&db) > 0, "the filter was never trusted");
+    assert_eq!(
+        db.begin_read()
+            .unwrap()
+            .open_table(T)
+            .unwrap()
+            .len()
+            .unwrap(),
+        k
+    );
+}
+
+#[test]
+fn no_filter_without_memory_for_one() -> Result<()> {
+    for limit in [0u64, 1_000] {
+        let vfs = SimVfs::new();
+        let db = builder()
+            .background_checkpoints(false)
+            .key_filter_memory(limit)
+            .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")?;
+        put_all(&db, 0..1_000, 0);
+        db.build_key_filters()?;
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            for k in 0..2_000u64 {
+                let want = (k < 1_000).then_some(k);
+                assert_eq!(t.insert(k, 0)?.map(|g| g.value()), want);
+            }
+        }
+        tx.commit()?;
+        let m = db.memory_stats();
+        assert_eq!((m.key_filter_bytes, m.key_filter_skips), (0, 0), "{limit}");
+        assert_eq!(m.key_filter_limit_bytes, limit);
+    }
+    Ok(())
+}
+
+/// With background work on, a reopened database's filter is built without
+/// being asked, and a chain of filters grown past three (new keys filled
+/// each) is replaced by one; the budget bounds them all.
+#[test]
+fn the_background_thread_builds_and_replaces_long_chains() -> Result<()> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.sheaf");
+    let open = || {
+        Database::builder()
+            .key_filter_memory(4 << 20)
+            .key_filter_min_keys(64)
+            .create(&path)
+    };
+    let db = open()?;
+    let wait_for = |db: &Database, what: &str, ok: &dyn Fn(&sheafdb::MemoryStats) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ok(&db.memory_stats()) {
+            assert!(Instant::now() < deadline, "{what}: {:?}", db.memory_stats());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    assert_eq!(db.memory_stats().key_filter_builds, 1, "empty: at once");
+    // 64 + 256 + 1,024 keys fill a chain of three; the fourth asks for
+    // one filter in their place.
+    put_all(&db, 0..5_000, 0);
+    wait_for(&db, "a filter in place of the chain", &|m| {
+        m.key_filter_builds >= 2
+    });
+    let check = |db: &Database, from: u64| -> Result<u64> {
+        let before = skips(db);
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            for k in from..from + 1_000 {
+                assert!(t.insert(k, 1)?.is_none(), "{k} is new");
+                assert!(t.insert(k - from, 2)?.is_some(), "{} is there", k - from);
+            }
+        }
+        tx.commit()?;
+        Ok(skips(db) - before)
+    };
+    let skipped = check(&db, 100_000)?;
+    assert!(
+        skipped >= 950,
+        "{skipped} of 1,000 new keys skipped the tree"
+    );
+    assert!(db.memory_stats().key_filter_bytes <= 4 << 20);
+    drop(db);
+    // Reopened with keys: trusted only once the thread has scanned them.
+    let db = Database::builder().key_filter_memory(4 << 20).open(&path)?;
+    wait_for(&db, "a filter after reopening", &|m| {
+        m.key_filter_builds >= 1
+    });
+    let skipped = check(&db, 200_000)?;
+    assert!(
+        skipped >= 950,
+        "{skipped} of 1,000 new keys skipped the tree: {:?}",
+        db.memory_stats()
+    );
+    Ok(())
+}
+
+/// A budget with room for the first filter only: a full filter cannot
+/// grow, new keys go on into it, and every old value stays right.
+#[test]
+fn a_filter_the_budget_cannot_grow_still_answers_right() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .key_filter_min_keys(64)
+        .key_filter_memory(128)
+        .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")?;
+    assert_eq!(db.memory_stats().key_filter_bytes, 128);
+    for round in 0..3u64 {
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            for k in 0..2_000u64 {
+                let want = (round > 0).then(|| k + round - 1);
+                assert_eq!(t.insert(k, k + round)?.map(|g| g.value()), want);
+            }
+        }
+        tx.commit()?;
+        db.build_key_filters()?; // no room for a second: keeps the first
+        assert_eq!(db.memory_stats().key_filter_bytes, 128);
+    }
+    Ok(())
+}
