@@ -116,13 +116,15 @@ impl Bits {
         }
     }
 
-    /// False only if no key with this hash was added.
+    /// False only if no key with this hash was added. Without early
+    /// exits: the caller may ask several filters, and their cache misses
+    /// then overlap instead of waiting on each other's branches.
     #[inline]
     pub fn may_contain(&self, h: u64) -> bool {
         let (block, probes) = self.probes(h);
-        probes
-            .iter()
-            .all(|&p| block.0[(p / 64) as usize].load(Ordering::Acquire) & (1 << (p % 64)) != 0)
+        probes.iter().fold(true, |all, &p| {
+            all & (block.0[(p / 64) as usize].load(Ordering::Acquire) & (1 << (p % 64)) != 0)
+        })
     }
 }
 

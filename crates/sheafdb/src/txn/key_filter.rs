@@ -252,8 +252,11 @@ impl FilterTargets {
             return false;
         }
         let h = hash(table, key);
-        // Largest first: a key that is there is most likely in it.
-        self.chain.iter().rev().all(|f| !f.bits.may_contain(h))
+        // Every filter asked, no early exit: the chain's cache misses
+        // overlap (an absent key must be asked of all of them anyway).
+        self.chain
+            .iter()
+            .fold(true, |absent, f| absent & !f.bits.may_contain(h))
     }
 }
 
