@@ -320,3 +320,128 @@ fn a_filter_the_budget_cannot_grow_still_answers_right() -> Result<()> {
     }
     Ok(())
 }
+
+/// Found by review: a writer's own `build_key_filters` waited for the
+/// build lock another caller held while that caller waited for the
+/// writer: neither returned. It is `WouldDeadlock` at once now.
+#[test]
+fn a_writer_asking_for_builds_while_another_build_waits_for_it_is_refused() {
+    let vfs = SimVfs::new();
+    let db = Arc::new(open(&vfs));
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let (mine_tx, mine_rx) = std::sync::mpsc::channel::<Result<()>>();
+    {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let tx = db.begin_write().unwrap();
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let r = db.build_key_filters();
+            drop(tx); // lets the other build go on
+            mine_tx.send(r).unwrap();
+        });
+    }
+    held_rx.recv().unwrap();
+    let other = {
+        let db = db.clone();
+        std::thread::spawn(move || done_tx.send(db.build_key_filters()).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(200)); // the other now waits
+    go_tx.send(()).unwrap();
+    // (Before the fix, neither call ever returned.)
+    let r = mine_rx.recv_timeout(Duration::from_secs(20));
+    assert!(
+        matches!(r, Ok(Err(sheafdb::Error::WouldDeadlock(_)))),
+        "{r:?}"
+    );
+    let other_result = done_rx.recv_timeout(Duration::from_secs(20));
+    assert!(matches!(other_result, Ok(Ok(()))), "{other_result:?}");
+    other.join().unwrap();
+}
+
+/// Found by review: a dropped CF's filters kept their share of the
+/// budget for as long as a handle of the CF (or the next checkpoint)
+/// lived, so another CF could be refused one.
+#[test]
+fn a_dropped_cf_gives_its_filter_memory_back_at_once() -> Result<()> {
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .key_filter_min_keys(64)
+        .key_filter_memory(128 + 16_384)
+        .create_with_vfs(Arc::new(vfs.clone()), "k.sheaf")?;
+    let before = db.memory_stats().key_filter_bytes;
+    let old = db.create_cf("old")?;
+    put_all_in(&old, 0..4_000);
+    db.build_key_filters()?;
+    assert!(db.memory_stats().key_filter_bytes > before);
+    db.drop_cf("old")?;
+    let m = db.memory_stats(); // `old`, a handle, still lives
+    assert_eq!(m.key_filter_bytes, before, "{m:?}");
+    drop(old);
+    Ok(())
+}
+
+fn put_all_in(cf: &sheafdb::ColumnFamily, keys: std::ops::Range<u64>) {
+    let tx = cf.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(T).unwrap();
+        for k in keys {
+            t.insert(k, k).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// New keys of `cf` whose tree descent a filter skipped, of 200.
+fn skipped_in(db: &Database, cf: &sheafdb::ColumnFamily, from: u64) -> u64 {
+    let before = skips(db);
+    put_all_in(cf, from..from + 200);
+    skips(db) - before
+}
+
+/// Two reopened CFs, room for one filter: the other gets its filter once
+/// memory comes back (the first CF dropped). Found by review: a build
+/// with no room dropped the request for good.
+#[test]
+fn a_cf_refused_a_filter_gets_one_once_memory_comes_back() -> Result<()> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.sheaf");
+    {
+        let db = Database::create(&path)?;
+        for name in ["a", "b"] {
+            put_all_in(&db.create_cf(name)?, 0..4_000);
+        }
+    }
+    // Each build sizes for 8,000 keys: 16 KiB; the default CF, empty,
+    // takes the smallest filter (128 bytes).
+    let db = Database::builder()
+        .key_filter_min_keys(64)
+        .key_filter_memory(128 + 20_000)
+        .open(&path)?;
+    let (a, b) = (db.cf("a")?, db.cf("b")?);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.memory_stats().key_filter_builds < 2 {
+        assert!(Instant::now() < deadline, "{:?}", db.memory_stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (with, without, name) = match skipped_in(&db, &a, 100_000) {
+        0 => (b, a, "b"),
+        _ => (a, b, "a"),
+    };
+    assert_eq!(skipped_in(&db, &without, 200_000), 0, "no room for two");
+    drop(with);
+    db.drop_cf(name)?;
+    // The dropped CF's 16 KiB come back at once; the refused CF's build
+    // is asked for again and fits now.
+    assert_eq!(db.memory_stats().key_filter_bytes, 128);
+    while db.memory_stats().key_filter_builds < 3 {
+        assert!(Instant::now() < deadline, "{:?}", db.memory_stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let got = skipped_in(&db, &without, 300_000);
+    assert!(got >= 190, "{got} {:?}", db.memory_stats());
+    Ok(())
+}

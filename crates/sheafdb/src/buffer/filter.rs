@@ -89,10 +89,8 @@ impl Bits {
     /// Bytes the bit array of a filter for `capacity` keys takes: at
     /// least `BITS_PER_KEY` bits a key, a power of two, one block at least.
     pub fn bytes_for(capacity: u64) -> u64 {
-        (capacity.saturating_mul(BITS_PER_KEY))
-            .next_power_of_two()
-            .max(512)
-            / 8
+        let bits = capacity.saturating_mul(BITS_PER_KEY);
+        bits.checked_next_power_of_two().unwrap_or(1 << 63).max(512) / 8
     }
 
     /// The block of `h` (from its high half) and the bit positions in it

@@ -234,6 +234,8 @@ impl Database {
             // (extents still grow with the data, up to the usual cap).
             .extent_sizes(64 << 10, 64 << 20)
             .durability(Durability::None)
+            // The copy never asks for an old value: no key filter.
+            .key_filter_memory(0)
             .create_with_vfs(vfs.clone(), tmp)?;
         let mut report = BackupReport::default();
         let mut done = BackupProgress::default();

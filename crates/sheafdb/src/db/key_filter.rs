@@ -65,7 +65,8 @@ pub(crate) fn builder_loop(weak: Weak<DbShared>) {
         // asks again; the transactions read the trees, and report errors.
         timeout = match build_all(&shared, Wait::Try) {
             Ok(Built::WriterBusy) => BUSY_RETRY,
-            _ => POLL,
+            Ok(Built::NoRoom) => POLL,
+            Ok(Built::Done) | Err(_) => POLL,
         };
     }
 }
@@ -77,6 +78,8 @@ pub(crate) enum Built {
     Done,
     /// A CF's writer was busy: it still wants one.
     WriterBusy,
+    /// A CF's filter did not fit in the budget: it still wants one.
+    NoRoom,
 }
 
 /// Builds the filter of every CF that wants one (with `Wait::Block`,
@@ -92,6 +95,8 @@ pub(crate) fn build_all(shared: &Arc<DbShared>, wait: Wait) -> Result<Built> {
         match build_cf(shared, &cf, wait) {
             Ok(Built::Done) => {}
             Ok(Built::WriterBusy) => built = Built::WriterBusy,
+            Ok(Built::NoRoom) if built == Built::Done => built = Built::NoRoom,
+            Ok(Built::NoRoom) => {}
             Err(e) => {
                 // Still wanted (a CF dropped meanwhile no longer matters).
                 cf.key_filter.want_build();
@@ -108,11 +113,30 @@ pub(crate) fn build_all(shared: &Arc<DbShared>, wait: Wait) -> Result<Built> {
 /// Builds a new key filter for `cf` and has writers trust it (F1).
 fn build_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Result<Built> {
     let _one_build = match wait {
-        Wait::Block => cf.key_filter.build_lock.lock(),
+        Wait::Block => {
+            // Before the build lock: another caller may hold it while it
+            // waits for this thread's writer.
+            if cf.writer_held_here() {
+                return Err(cf.would_deadlock());
+            }
+            cf.key_filter.build_lock.lock()
+        }
         Wait::Try => match cf.key_filter.build_lock.try_lock() {
             Some(g) => g,
-            None => return Ok(Built::Done), // (the other build is fresh)
+            None => {
+                // (`start_empty` may hold it, and may yet give up.)
+                cf.key_filter.want_build();
+                return Ok(Built::WriterBusy);
+            }
         },
+    };
+    // Sized and allocated before the writer lock (zeroing a large filter
+    // takes a while), from the published version; checked again against
+    // the latest commit under the lock.
+    let published = estimate_keys(shared, cf, &cf.current.load_full())?;
+    let Some(mut filter) = KeyFilter::new(published.saturating_mul(2), &shared.filter_budget)
+    else {
+        return Ok(no_room(cf));
     };
     let (head, filter) = {
         let lock = match wait {
@@ -129,13 +153,16 @@ fn build_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Result<Bu
         if cf.check_live().is_err() {
             return Ok(Built::Done); // dropped meanwhile: nothing to build
         }
-        // Sized from the latest commit (a published version may lag it):
-        // the catalog is read under the writer lock, mostly cached.
-        let capacity = estimate_keys(shared, cf, &lock.head)?.saturating_mul(2);
-        let Some(filter) = KeyFilter::new(capacity, &shared.filter_budget) else {
-            // No room: the CF goes without (a later request tries again).
-            return Ok(Built::Done);
-        };
+        // The latest commit may be ahead of the published version (early
+        // lock release: a large load just committed): resized then.
+        let keys = estimate_keys(shared, cf, &lock.head)?;
+        if keys > filter.capacity() {
+            drop(filter);
+            match KeyFilter::new(keys.saturating_mul(2), &shared.filter_budget) {
+                Some(f) => filter = f,
+                None => return Ok(no_room(cf)),
+            }
+        }
         let filter = Arc::new(filter);
         cf.key_filter.install(filter.clone());
         (lock.head.clone(), filter)
@@ -157,6 +184,15 @@ fn build_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Result<Bu
     }
 }
 
+/// No room in the budget for `cf`'s filter: it goes without for now and
+/// asks again (the thread looks every `POLL`, taking no writer lock
+/// before the room is there; memory comes back when a CF is dropped or a
+/// build replaces a chain).
+fn no_room(cf: &CfShared) -> Built {
+    cf.key_filter.want_build();
+    Built::NoRoom
+}
+
 /// Gives every CF that holds no key (a new database's, a CF just created)
 /// a trusted, empty filter at once, with no scan: nothing can be in its
 /// trees, and no write transaction is running (F1: taken under its writer
@@ -165,9 +201,15 @@ pub(crate) fn start_empty(shared: &DbShared, cf: &CfShared) -> Result<()> {
     if shared.filter_budget.limit() == 0 || shared.health.is_read_only() {
         return Ok(());
     }
-    let _one_build = cf.key_filter.build_lock.lock();
+    // Never waits: a build under way (or a writer that came first)
+    // leaves the CF to the background thread, which it asks.
+    let Some(_one_build) = cf.key_filter.build_lock.try_lock() else {
+        cf.key_filter.want_build();
+        return Ok(());
+    };
     let Ok(lock) = cf.try_lock_writer() else {
-        return Ok(()); // a writer came first: the background builds
+        cf.key_filter.want_build();
+        return Ok(());
     };
     let head = &lock.head;
     if head.catalog.root.is_some() || head.buffer.entries() > 0 {
@@ -186,6 +228,10 @@ pub(crate) fn start_empty(shared: &DbShared, cf: &CfShared) -> Result<()> {
 
 /// About how many keys version `v` of `cf` holds: its tables' lengths
 /// plus its buffered writes.
+///
+/// The lengths come from the file: a damaged one may be huge, and then
+/// the filter is too large for the budget ([`KeyFilter::new`] refuses
+/// any size past `MAX_CAPACITY`), never allocated.
 fn estimate_keys(shared: &DbShared, cf: &CfShared, v: &CfVersion) -> Result<u64> {
     let store = ReadPages::new(shared.space.clone(), cf.id);
     let mut n = v.buffer.entries();

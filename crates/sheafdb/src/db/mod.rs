@@ -420,13 +420,15 @@ impl Builder {
     }
 
     /// Bytes the key filters of all column families may take (design.md
-    /// "Key filter"; default 64 MiB; 0: none). A CF's filter is a Bloom
-    /// filter over its trees' keys, about 1.25–2.5 bytes per key, built
-    /// in the background after open and rebuilt as the CF grows: a put or
-    /// removal of a key the filter lacks needs no tree descent for its old
-    /// value. A CF whose filter does not fit goes without one. The builds
-    /// run on the background thread only while background checkpoints are
-    /// on (`background_checkpoints`).
+    /// "Key filter"; default 64 MiB; 0: none). A CF's filter is a chain
+    /// of Bloom filters over its trees' keys (2.5–5 bytes per key once
+    /// built: sized for twice the CF's entries), empty and trusted at
+    /// once for a new CF, built in the background after a reopen, grown
+    /// by a larger filter as new keys fill it: a put or removal of a key
+    /// the filter lacks needs no tree descent for its old value. A CF
+    /// whose filter does not fit goes without one until memory comes
+    /// back. The builds run on the background thread only while
+    /// background checkpoints are on (`background_checkpoints`).
     pub fn key_filter_memory(mut self, bytes: u64) -> Self {
         self.options.key_filter_memory = bytes;
         self

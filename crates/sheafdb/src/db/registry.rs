@@ -72,6 +72,7 @@ impl CfRegistry {
     /// checkpoints.
     pub fn unregister(&self, cf: &Arc<CfShared>) {
         cf.dropped.store(true, Ordering::Release);
+        cf.key_filter.release();
         let id = cf.id;
         let removed = self.cfs.write().remove(&id);
         assert!(removed.is_some(), "cf {id} unregistered but not registered");

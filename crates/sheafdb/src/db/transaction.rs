@@ -449,6 +449,7 @@ impl WriteTransaction {
             targets: cf.key_filter.targets(),
             cf: cf.clone(),
             budget: shared.filter_budget.clone(),
+            grow_failed: false,
         });
         Ok(WriteTransaction {
             durability: shared.options.durability,

@@ -41,6 +41,10 @@ use crate::types::{TableId, Version};
 /// Keys the smallest filter is sized for.
 pub const MIN_CAPACITY: u64 = 1 << 16;
 
+/// Keys the largest filter may be sized for (an estimate comes partly
+/// from the file: a damaged count must not ask for an impossible size).
+pub const MAX_CAPACITY: u64 = 1 << 40;
+
 /// Bytes of key filters in use over the whole database, and their bound;
 /// the signal that wakes the thread that builds them.
 #[derive(Debug)]
@@ -171,7 +175,7 @@ impl KeyFilter {
     /// A filter for `capacity` keys, if the budget has room for it.
     pub fn new(capacity: u64, budget: &Arc<FilterBudget>) -> Option<KeyFilter> {
         let capacity = capacity.max(budget.min_keys);
-        if !budget.try_take(Bits::bytes_for(capacity)) {
+        if capacity > MAX_CAPACITY || !budget.try_take(Bits::bytes_for(capacity)) {
             return None;
         }
         let bits = Bits::new(capacity);
@@ -193,6 +197,11 @@ impl KeyFilter {
     fn add_hash(&self, h: u64) -> bool {
         self.bits.add(h);
         self.keys.fetch_add(1, Ordering::Relaxed) + 1 > self.bits.capacity()
+    }
+
+    /// Keys it was sized for.
+    pub fn capacity(&self) -> u64 {
+        self.bits.capacity()
     }
 
     /// Bytes of its bits.
@@ -347,6 +356,13 @@ impl CfKeyFilter {
         });
     }
 
+    /// Drops every filter (the CF was dropped): their bytes go back to
+    /// the budget once no transaction holds them, not when the last
+    /// handle of the CF goes.
+    pub fn release(&self) {
+        self.targets.store(Arc::new(FilterTargets::default()));
+    }
+
     /// The chain's last filter is full: adds an empty one [`GROWTH`] times
     /// its capacity, which takes every new key from now on. Call under
     /// the CF's writer lock (F1: no other transaction adds meanwhile, and
@@ -359,8 +375,13 @@ impl CfKeyFilter {
         if last.keys.load(Ordering::Relaxed) <= last.bits.capacity() {
             return Some(cur); // a build replaced the chain meanwhile
         }
-        let capacity = last.bits.capacity().saturating_mul(GROWTH);
-        let next = Arc::new(KeyFilter::new(capacity, &last.budget)?);
+        // Four times larger if that fits, else twice, else as large.
+        let sizes = [GROWTH, 2, 1].map(|g| last.bits.capacity().saturating_mul(g));
+        let next = Arc::new(
+            sizes
+                .iter()
+                .find_map(|&c| KeyFilter::new(c, &last.budget))?,
+        );
         next.finish(Version(0)); // (trust comes from the chain's first)
         let mut longer = None;
         self.targets.rcu(|cur| {

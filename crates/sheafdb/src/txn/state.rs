@@ -263,6 +263,9 @@ pub(crate) struct KeyFilterUse {
     pub cf: Arc<CfShared>,
     /// The database's filter budget and builder signal.
     pub budget: Arc<FilterBudget>,
+    /// Set once this transaction could not grow the chain (no room): it
+    /// does not try again for every new key.
+    pub grow_failed: bool,
 }
 
 impl KeyFilterUse {
@@ -277,7 +280,10 @@ impl KeyFilterUse {
                 self.targets = t;
                 self.targets.chain.len() > key_filter::MAX_CHAIN
             }
-            None => true,
+            None => {
+                self.grow_failed = true;
+                true
+            }
         };
         if too_long && self.cf.key_filter.want_build() {
             self.budget.wake();
@@ -437,7 +443,7 @@ impl WriteState {
     pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
         // A key that existed is in the filters already (F1).
         if let (Some(f), Some(_), false) = (&mut self.key_filter, value, existed) {
-            if f.targets.add(id, key) {
+            if f.targets.add(id, key) && !f.grow_failed {
                 f.grow();
             }
         }
@@ -934,6 +940,16 @@ impl WriteState {
             .id;
         self.apply_table_writes(id).map_err(|e| self.fail(e))?;
         self.log = None;
+        // Unlogged puts bypass `log_write`: their keys go into the key
+        // filters here (F1), all of them (whether they existed is not
+        // known; a false positive costs only a descent).
+        if let Some(f) = &mut self.key_filter {
+            for w in batch.iter().filter(|w| w.value().is_some()) {
+                if f.targets.add(id, w.key()) && !f.grow_failed {
+                    f.grow();
+                }
+            }
+        }
         let table = self.tables.get_mut(name).expect("looked up above");
         let mut root = table.root();
         let applied = btree::apply_sorted(&mut self.pages, &mut root, batch);
