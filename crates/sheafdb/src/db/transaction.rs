@@ -448,7 +448,7 @@ impl WriteTransaction {
         state.key_filter = (shared.filter_budget.limit() > 0).then(|| KeyFilterUse {
             targets: cf.key_filter.targets(),
             cf: cf.clone(),
-            budget: shared.filter_budget.clone(),
+            skipped: Default::default(),
             grow_failed: false,
         });
         Ok(WriteTransaction {

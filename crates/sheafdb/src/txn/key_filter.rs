@@ -125,6 +125,11 @@ impl FilterBudget {
         self.limit
     }
 
+    /// Counts tree descents a transaction's filters spared.
+    pub fn note_skips(&self, n: u64) {
+        self.skipped.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Filters built since open.
     pub fn built(&self) -> u64 {
         self.built.load(Ordering::Acquire)
@@ -202,6 +207,11 @@ impl KeyFilter {
     /// Keys it was sized for.
     pub fn capacity(&self) -> u64 {
         self.bits.capacity()
+    }
+
+    /// The budget it is charged to (the database's).
+    pub fn budget(&self) -> &FilterBudget {
+        &self.budget
     }
 
     /// Bytes of its bits.
@@ -396,11 +406,6 @@ impl CfKeyFilter {
         });
         longer
     }
-}
-
-/// Counts one tree descent a filter spared.
-pub fn note_skip(budget: &FilterBudget) {
-    budget.skipped.fetch_add(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]

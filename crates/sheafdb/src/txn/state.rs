@@ -25,7 +25,7 @@ use crate::pager::space::PageSpace;
 use crate::types::{CfId, IdMap, TableId};
 use crate::wal::record::{CommitEncoder, Op};
 
-use super::key_filter::{self, FilterBudget, FilterTargets};
+use super::key_filter::{self, FilterTargets};
 use super::pages::TxnPages;
 use super::version::{thread_token, CachedTable, CfShared, CfVersion};
 use super::MAX_TABLE_NAME;
@@ -261,8 +261,10 @@ pub(crate) struct WriteState {
 pub(crate) struct KeyFilterUse {
     pub targets: Arc<FilterTargets>,
     pub cf: Arc<CfShared>,
-    /// The database's filter budget and builder signal.
-    pub budget: Arc<FilterBudget>,
+    /// Tree descents the chain spared this transaction: added to the
+    /// database's count once, when it ends (a shared counter touched per
+    /// write would be one cache line for the writers of every CF).
+    pub skipped: std::cell::Cell<u64>,
     /// Set once this transaction could not grow the chain (no room): it
     /// does not try again for every new key.
     pub grow_failed: bool,
@@ -286,7 +288,19 @@ impl KeyFilterUse {
             }
         };
         if too_long && self.cf.key_filter.want_build() {
-            self.budget.wake();
+            // (Every filter holds the database's budget and its signal.)
+            if let Some(f) = self.targets.chain.first() {
+                f.budget().wake();
+            }
+        }
+    }
+}
+
+impl Drop for KeyFilterUse {
+    fn drop(&mut self) {
+        let skipped = self.skipped.get();
+        if let Some(f) = self.targets.chain.first().filter(|_| skipped > 0) {
+            f.budget().note_skips(skipped);
         }
     }
 }
@@ -863,7 +877,7 @@ impl WriteState {
         };
         let lacks = f.targets.lacks(self.base.version, id, key);
         if lacks {
-            key_filter::note_skip(&f.budget);
+            f.skipped.set(f.skipped.get() + 1);
         }
         lacks
     }
