@@ -97,11 +97,12 @@ pub(crate) fn build_all(shared: &Arc<DbShared>, wait: Wait) -> Result<Built> {
             Ok(Built::WriterBusy) => built = Built::WriterBusy,
             Ok(Built::NoRoom) if built == Built::Done => built = Built::NoRoom,
             Ok(Built::NoRoom) => {}
-            Err(e) => {
-                // Still wanted (a CF dropped meanwhile no longer matters).
-                cf.key_filter.want_build();
-                return Err(e);
-            }
+            // Not asked again: a damaged page or an I/O error in the scan
+            // would fail every retry, and a large CF's scan is costly.
+            // The CF keeps the chain it had (or none) until it asks again
+            // (its chain grown past three); its writers read the trees,
+            // and report the damage.
+            Err(e) => return Err(e),
         }
         if shared.filter_budget.stopped() {
             break;
