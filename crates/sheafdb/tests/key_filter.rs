@@ -445,3 +445,42 @@ fn a_cf_refused_a_filter_gets_one_once_memory_comes_back() -> Result<()> {
     assert!(got >= 190, "{got} {:?}", db.memory_stats());
     Ok(())
 }
+
+/// A caller that holds one CF's writer is refused at once: a build waits
+/// for each CF's writer in turn, and another CF's could be held by a
+/// thread that waits for this one (before, it waited for the default
+/// CF's writer, held below until the call returned: neither went on).
+#[test]
+fn a_build_from_a_writer_of_another_cf_is_refused_before_it_waits() {
+    let vfs = SimVfs::new();
+    let db = Arc::new(open(&vfs));
+    let a = db.create_cf("a").unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let tx = db.begin_write().unwrap(); // the default CF's writer
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            drop(tx);
+        })
+    };
+    held_rx.recv().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<()>>();
+    {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let tx = a.begin_write().unwrap(); // CF `a`'s writer
+            done_tx.send(db.build_key_filters()).unwrap();
+            drop(tx);
+        });
+    }
+    let r = done_rx.recv_timeout(Duration::from_secs(5));
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert!(
+        matches!(r, Ok(Err(sheafdb::Error::WouldDeadlock(_)))),
+        "{r:?}"
+    );
+}

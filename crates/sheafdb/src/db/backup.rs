@@ -356,6 +356,31 @@ mod tests {
         Ok(())
     }
 
+    /// The one put that bypasses `log_write` adds its keys to the key
+    /// filter itself (F1): a later write of one of them must find its old
+    /// value, not take the filter's "absent" for it.
+    #[test]
+    fn unlogged_appends_go_into_the_key_filter() -> Result<()> {
+        let db = db_with(2000)?; // a new database: its filter is trusted
+        let tx = db.begin_write()?;
+        let batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..2000u64)
+            .map(|k| ((k * 2 + 1).to_be_bytes().to_vec(), Some(vec![2u8; 10])))
+            .collect();
+        tx.append_sorted_unlogged(TYPES, &batch)?;
+        tx.commit()?;
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            for k in 0..2000u64 {
+                let old = t.insert(k * 2 + 1, &[3u8; 10][..])?;
+                assert_eq!(old.map(|g| g.value().to_vec()), Some(vec![2u8; 10]), "{k}");
+            }
+            assert_eq!(t.len()?, 4000);
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Review finding: a savepoint's restore replays the WAL record, which
     /// an unlogged batch is not in: the batch is refused under one.
     #[test]

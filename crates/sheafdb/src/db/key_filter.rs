@@ -65,8 +65,7 @@ pub(crate) fn builder_loop(weak: Weak<DbShared>) {
         // asks again; the transactions read the trees, and report errors.
         timeout = match build_all(&shared, Wait::Try) {
             Ok(Built::WriterBusy) => BUSY_RETRY,
-            Ok(Built::NoRoom) => POLL,
-            Ok(Built::Done) | Err(_) => POLL,
+            Ok(Built::NoRoom | Built::Done) | Err(_) => POLL,
         };
     }
 }
@@ -86,6 +85,14 @@ pub(crate) enum Built {
 /// of every CF).
 pub(crate) fn build_all(shared: &Arc<DbShared>, wait: Wait) -> Result<Built> {
     let cfs: Vec<Arc<CfShared>> = shared.registry.cfs.read().values().cloned().collect();
+    // A caller holding any CF's writer would wait for the others' while
+    // theirs may wait for its own: refused before any wait.
+    if let Some(cf) = cfs
+        .iter()
+        .find(|cf| wait == Wait::Block && cf.writer_held_here())
+    {
+        return Err(cf.would_deadlock());
+    }
     let mut built = Built::Done;
     for cf in cfs {
         let wanted = cf.key_filter.take_request();
@@ -114,14 +121,9 @@ pub(crate) fn build_all(shared: &Arc<DbShared>, wait: Wait) -> Result<Built> {
 /// Builds a new key filter for `cf` and has writers trust it (F1).
 fn build_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Result<Built> {
     let _one_build = match wait {
-        Wait::Block => {
-            // Before the build lock: another caller may hold it while it
-            // waits for this thread's writer.
-            if cf.writer_held_here() {
-                return Err(cf.would_deadlock());
-            }
-            cf.key_filter.build_lock.lock()
-        }
+        // (`build_all` refused a caller holding a writer: another caller
+        // may hold this lock while it waits for that writer.)
+        Wait::Block => cf.key_filter.build_lock.lock(),
         Wait::Try => match cf.key_filter.build_lock.try_lock() {
             Some(g) => g,
             None => {

@@ -426,6 +426,15 @@ mod tests {
     }
 
     #[test]
+    fn a_size_no_budget_could_hold_is_refused_before_any_allocation() {
+        // (An estimate summed from a damaged file's table lengths.)
+        let budget = Arc::new(FilterBudget::new(u64::MAX));
+        assert!(KeyFilter::new(u64::MAX, &budget).is_none());
+        assert!(KeyFilter::new(MAX_CAPACITY + 1, &budget).is_none());
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
     fn a_filter_is_trusted_only_once_built_and_only_from_its_version() {
         let budget = Arc::new(FilterBudget::new(u64::MAX));
         let cf = CfKeyFilter::default();

@@ -271,6 +271,14 @@ pub(crate) struct KeyFilterUse {
 }
 
 impl KeyFilterUse {
+    /// Adds a put of a new `key` of table `id`, growing the chain if that
+    /// filled its last filter (once per transaction, if it cannot).
+    fn add(&mut self, id: TableId, key: &[u8]) {
+        if self.targets.add(id, key) && !self.grow_failed {
+            self.grow();
+        }
+    }
+
     /// The chain's last filter filled: a larger one takes the new keys
     /// from now on (this transaction holds the writer lock, F1); a chain
     /// grown too long, or one the budget cannot extend, asks the builder
@@ -457,9 +465,7 @@ impl WriteState {
     pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
         // A key that existed is in the filters already (F1).
         if let (Some(f), Some(_), false) = (&mut self.key_filter, value, existed) {
-            if f.targets.add(id, key) && !f.grow_failed {
-                f.grow();
-            }
+            f.add(id, key);
         }
         match value {
             Some(value) => self.log(&Op::Put {
@@ -959,9 +965,7 @@ impl WriteState {
         // known; a false positive costs only a descent).
         if let Some(f) = &mut self.key_filter {
             for w in batch.iter().filter(|w| w.value().is_some()) {
-                if f.targets.add(id, w.key()) && !f.grow_failed {
-                    f.grow();
-                }
+                f.add(id, w.key());
             }
         }
         let table = self.tables.get_mut(name).expect("looked up above");
