@@ -337,6 +337,9 @@ fn a_damaged_newest_superblock_is_reported_as_corruption_not_a_stale_copy() {
     let db = create(&vfs).unwrap();
     put(&db, 0, 10);
     db.checkpoint().unwrap();
+    // The slots after this checkpoint: both hold it (rule O12).
+    let stale = vfs.process_crash().file_bytes(NAME).unwrap();
+    put(&db, 10, 5);
     db.checkpoint().unwrap();
     // Past the first segment files: uses begun at the newest generation.
     for i in 0..400u64 {
@@ -350,28 +353,116 @@ fn a_damaged_newest_superblock_is_reported_as_corruption_not_a_stale_copy() {
     let image = vfs.process_crash();
     drop(db);
     let page_size = 4096;
-    let (mut corrupted, mut opened) = (0, 0);
+    // Either slot damaged alone: the other holds an equal copy.
     for slot_at in [0usize, page_size] {
         let copy = image.process_crash();
         let mut bytes = copy.file_bytes(NAME).unwrap();
         bytes[slot_at + 40] ^= 0x10;
         copy.set_file_bytes(NAME, bytes);
-        let before = files_of(&copy);
-        match open(&copy) {
-            Ok(db) => {
-                opened += 1;
-                assert_eq!(count(&db), 10, "the older slot's damage lost rows");
-            }
-            Err(err) => {
-                corrupted += 1;
-                assert!(matches!(err, Error::Corrupted { .. }), "{err}");
-                assert!(
-                    err.to_string().contains("superblock slot is damaged"),
-                    "{err}"
-                );
-                assert_eq!(files_of(&copy), before, "a refused open changed a file");
-            }
-        }
+        let db = open(&copy).unwrap();
+        assert_eq!(count(&db), 15, "a damaged slot lost rows");
+        assert_eq!(count_big(&db), 400, "a damaged slot lost the WAL's commits");
     }
-    assert_eq!((corrupted, opened), (1, 1), "one slot is the newest");
+    // The other slot older (as between a checkpoint's two slot writes,
+    // or restored by hand) and the newest damaged: refused, unchanged.
+    for (stale_at, damaged_at) in [(0usize, page_size), (page_size, 0)] {
+        let copy = image.process_crash();
+        let mut bytes = copy.file_bytes(NAME).unwrap();
+        bytes[stale_at..stale_at + SLOT_LEN].copy_from_slice(&stale[stale_at..stale_at + SLOT_LEN]);
+        bytes[damaged_at + 40] ^= 0x10;
+        copy.set_file_bytes(NAME, bytes);
+        let before = files_of(&copy);
+        let err = open(&copy).map(|_| ()).unwrap_err();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+        assert!(
+            err.to_string().contains("superblock slot is damaged"),
+            "{err}"
+        );
+        assert_eq!(files_of(&copy), before, "a refused open changed a file");
+    }
+}
+
+fn count_big(db: &Database) -> u64 {
+    db.begin_read()
+        .unwrap()
+        .open_table(BIG)
+        .unwrap()
+        .len()
+        .unwrap()
+}
+
+/// Found by an adversarial probe: after a clean close (which leaves no
+/// WAL), damage to the newest superblock slot made open fall back to the
+/// older slot, whose base named pages the last checkpoints had reused:
+/// it opened, without an error, a state that never existed (some rows of
+/// the last commits, not others). Every checkpoint now copies its
+/// superblock into both slots (rule O12), so the fallback is the same base.
+#[test]
+fn a_damaged_slot_after_a_clean_close_falls_back_to_an_equal_copy() {
+    for damaged_at in [0usize, 4096] {
+        let vfs = SimVfs::new();
+        let db = create(&vfs).unwrap();
+        for round in 0..6u64 {
+            // Each round rewrites the same keys: later checkpoints reuse
+            // the pages earlier bases named.
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(T).unwrap();
+                for k in 0..2000u64 {
+                    t.insert(k, k * 10 + round).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            db.checkpoint().unwrap();
+        }
+        db.close().unwrap();
+        let mut bytes = vfs.file_bytes(NAME).unwrap();
+        bytes[damaged_at + 40] ^= 0x10;
+        vfs.set_file_bytes(NAME, bytes);
+        let db = open(&vfs).unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_table(T).unwrap();
+        assert_eq!(t.len().unwrap(), 2000);
+        for k in 0..2000u64 {
+            assert_eq!(
+                t.get(k).unwrap().map(|v| v.value()),
+                Some(k * 10 + 5),
+                "key {k}"
+            );
+        }
+        drop(t);
+        drop(rx);
+        db.check_integrity().unwrap();
+    }
+}
+
+/// Found by an adversarial probe: a directory under a WAL segment's name
+/// passed for a missing segment (open dropped the commits the segment
+/// held). It is an I/O error now, and nothing changes.
+#[test]
+fn a_directory_in_place_of_a_wal_segment_fails_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.sheaf");
+    let db = builder()
+        .background_checkpoints(false)
+        .create(&path)
+        .unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_table(T).unwrap().insert(1, 1).unwrap();
+    tx.commit().unwrap();
+    db.close().unwrap();
+    let seg = dir.path().join("d.sheaf-wal.0");
+    if seg.exists() {
+        std::fs::remove_file(&seg).unwrap();
+    }
+    std::fs::create_dir(&seg).unwrap();
+    let err = builder()
+        .background_checkpoints(false)
+        .open(&path)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, Error::Io(_)), "{err}");
+    let err = Database::open_read_only(&path).map(|_| ()).unwrap_err();
+    assert!(matches!(err, Error::Io(_)), "{err}");
+    assert!(seg.is_dir(), "a refused open changed the directory");
 }

@@ -515,9 +515,19 @@ impl DbShared {
             "written pages past the file"
         );
         let offset = slot as u64 * self.space.pager.page_size() as u64;
-        self.space.pager.storage().write_at(offset, &sb.encode())?;
+        let encoded = sb.encode();
+        self.space.pager.storage().write_at(offset, &encoded)?;
         self.space.pager.sync()?;
-        // The new base is durable.
+        // The new base is durable. Ordering rule O12: only now is the same
+        // superblock copied over the other slot (and synced), so at every
+        // moment one slot holds the newest durable base, and once the copy
+        // is durable a slot damaged later falls back to an equal copy, not
+        // to an older base whose freed pages this checkpoint may have
+        // reused (design.md "Superblock copies").
+        let other = sys.slot as u64 * self.space.pager.page_size() as u64;
+        debug_assert_ne!(offset, other, "O12: the copy goes to the other slot");
+        self.space.pager.storage().write_at(other, &encoded)?;
+        self.space.pager.sync()?;
         sys.generation += 1;
         if let Some(wal) = self.wal_if_open() {
             wal.set_generation(sys.generation);

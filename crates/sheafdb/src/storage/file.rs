@@ -113,9 +113,6 @@ impl Vfs for FsVfs {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                continue;
-            }
             // Names that are not UTF-8 cannot be ours; skip them.
             if let Ok(name) = entry.file_name().into_string() {
                 names.push(name);
@@ -362,7 +359,8 @@ mod tests {
         vfs.open("a", OpenMode::CreateNew).unwrap();
         std::fs::create_dir(d.path().join("subdir")).unwrap();
         vfs.sync_dir().unwrap();
-        assert_eq!(vfs.list().unwrap(), vec!["a", "b"]);
+        assert_eq!(vfs.list().unwrap(), vec!["a", "b", "subdir"]);
+        std::fs::remove_dir(d.path().join("subdir")).unwrap();
         vfs.remove("a").unwrap();
         assert!(!vfs.exists("a").unwrap());
         assert_eq!(vfs.list().unwrap(), vec!["b"]);

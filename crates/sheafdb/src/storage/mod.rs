@@ -116,7 +116,9 @@ pub trait Vfs: Send + Sync + std::fmt::Debug {
     fn exists(&self, name: &str) -> io::Result<bool>;
     /// Removes `name`.
     fn remove(&self, name: &str) -> io::Result<()>;
-    /// Names of the files in the directory, sorted.
+    /// Names of the entries in the directory, sorted: files, and also
+    /// anything else (a directory under a WAL segment's name must make
+    /// the open fail, not pass for a missing segment).
     fn list(&self) -> io::Result<Vec<String>>;
     /// Makes file creations and removals durable (fsync of the directory).
     fn sync_dir(&self) -> io::Result<()>;
