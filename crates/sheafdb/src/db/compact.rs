@@ -160,6 +160,12 @@ impl DbShared {
             ok,
             "engine invariant: the system pages past the live end are free"
         );
+        // The cut pages may be claimed again once the file regrows: stale
+        // entries of runs freed unwritten go now (see `pool_free_space`).
+        for a in allocs.iter_mut() {
+            self.space.pager.forget_unwritten_freed(a);
+        }
+        self.space.pager.forget_unwritten_freed(&mut system);
         extents.cut_to(end);
         debug_assert_eq!(extents.file_pages(), end, "the cut left another length");
         self.ckpt.truncation_owed.store(true, Ordering::Release);
@@ -424,7 +430,10 @@ impl DbShared {
         let sys = self.ckpt.sys.lock();
         // The allocator stays locked until the runs are in the pool.
         let mut a = sys.alloc.lock();
-        self.pool_runs(crate::types::CfId::SYSTEM, a.give_free(1, limit, u64::MAX));
+        let runs = a.give_free(1, limit, u64::MAX);
+        // Before the runs reach the pool (see `pool_free_space`).
+        self.space.pager.forget_unwritten_freed(&mut a);
+        self.pool_runs(crate::types::CfId::SYSTEM, runs);
     }
 
     /// Returns `runs`, which `cf`'s allocator just gave up
@@ -474,6 +483,13 @@ impl DbShared {
             // Locked until the runs are in the pool, as in a cut.
             let mut a = cf.alloc.lock();
             let runs = a.give_free(min_pages, limit, left);
+            // Stale cache entries of runs freed unwritten go before any
+            // run reaches the pool: left to the CF's next allocation, the
+            // removal came after another CF had claimed the page and
+            // cached its own run there, and dropped that run, its only
+            // copy ("page belongs to cf 3 not cf 2", checksum mismatches
+            // under two writers and compaction steps; adversarial probe).
+            self.space.pager.forget_unwritten_freed(&mut a);
             if runs.is_empty() {
                 continue;
             }

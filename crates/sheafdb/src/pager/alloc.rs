@@ -689,6 +689,11 @@ impl CfAllocator {
         true
     }
 
+    /// The CF whose pages this allocator hands out.
+    pub fn cf(&self) -> CfId {
+        self.cf
+    }
+
     /// Pages free now.
     pub fn free_set(&self) -> &RangeSet {
         &self.free

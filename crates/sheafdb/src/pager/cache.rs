@@ -34,7 +34,7 @@ use arc_swap::{ArcSwap, ArcSwapAny};
 use parking_lot::Mutex;
 
 use crate::format::page::{PageBytes as _, PageHandle, PageRef, PageThin};
-use crate::types::PageId;
+use crate::types::{CfId, PageId};
 
 /// Page ids per chunk of the page table.
 const CHUNK_BITS: u32 = 10;
@@ -270,6 +270,19 @@ impl PageCache {
         let keep = (page.len() <= self.largest_clean()).then(|| page.clone());
         self.put(&mut changes, id, keep, false);
         self.evict_if_over(&mut changes);
+    }
+
+    /// Drops the run at `id` if cached (dirty or clean) and it belongs to
+    /// `cf`: a stale entry of a run `cf` freed is dropped, but never a run
+    /// another CF installed there after the page changed hands.
+    pub fn remove_owned(&self, id: PageId, cf: CfId) {
+        let mut changes = self.changes.lock();
+        let owned = self
+            .with_slot(id, |slot| slot.page.load().as_ref().map(|p| p.cf() == cf))
+            .flatten();
+        if owned == Some(true) {
+            self.put(&mut changes, id, None, false);
+        }
     }
 
     /// Drops the run at `id` if cached (dirty or clean).

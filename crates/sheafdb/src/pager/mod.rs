@@ -203,6 +203,19 @@ impl Pager {
         self.cache.remove(id);
     }
 
+    /// Drops the stale cache entries of the runs `alloc` freed without
+    /// their ever reaching the file (`CfAllocator::take_unwritten_freed`).
+    /// Called under the allocator's lock, before any of those pages can
+    /// be handed out again: by the CF itself (its next allocation) or, once
+    /// compaction or a cut gave them away, by another CF, whose new run the
+    /// late removal would otherwise have dropped from the cache.
+    pub fn forget_unwritten_freed(&self, alloc: &mut crate::pager::alloc::CfAllocator) {
+        let cf = alloc.cf();
+        for id in alloc.take_unwritten_freed() {
+            self.cache.remove_owned(id, cf);
+        }
+    }
+
     /// Makes all earlier writes durable.
     pub fn sync(&self) -> Result<()> {
         self.storage.sync_data().map_err(Error::Io)

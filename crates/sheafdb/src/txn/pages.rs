@@ -210,9 +210,7 @@ impl PageWrite for TxnPages {
             // under the allocator lock: another store of this CF (a fold
             // made aside beside the writer) may reuse such a run as soon
             // as the lock is released, and its new entry must survive.
-            for s in a.take_unwritten_freed() {
-                self.space.pager.forget(s);
-            }
+            self.space.pager.forget_unwritten_freed(&mut a);
             id
         };
         // A stale cached copy of `id` needs no removal here: no snapshot
