@@ -189,13 +189,26 @@ fn check_buffer_budget(shared: &Arc<DbShared>) -> Result<()> {
 
 pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result<IntegrityReport> {
     check_buffer_budget(shared)?;
-    let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
-    // Quiesce: no writer of any CF, no checkpoint. `WouldDeadlock` if this
-    // thread holds one of the writers (it would wait on itself).
-    let mut writers = Vec::with_capacity(cfs.len());
-    for c in &cfs {
-        writers.push(c.lock_writer()?);
-    }
+    // Quiesce: no writer of any CF, no CF created or dropped (retried if
+    // the set changed before the locks were taken), no checkpoint.
+    // `WouldDeadlock` if this thread holds one of the writers (it would
+    // wait on itself). Without the create/drop lock, a CF created or
+    // dropped meanwhile was reported as corruption ("system tree lists cf
+    // 81, which is neither open nor dropped", "page in use outside the
+    // extents of cf 124"; adversarial probe).
+    let (cfs, writers, _no_create_drop) = loop {
+        let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
+        let mut writers = Vec::with_capacity(cfs.len());
+        for c in &cfs {
+            writers.push(c.lock_writer()?);
+        }
+        let no_create_drop = shared.registry.create_drop.lock();
+        let live: Vec<CfId> = shared.registry.cfs.read().keys().copied().collect();
+        let locked: Vec<CfId> = cfs.iter().map(|c| c.id).collect();
+        if live == locked {
+            break (cfs, writers, no_create_drop);
+        }
+    };
     let mut _folds = Vec::with_capacity(cfs.len());
     for c in &cfs {
         _folds.push(no_fold_running(shared, c)?);

@@ -345,17 +345,33 @@ impl CfKeyFilter {
     /// buffers of the version its build read (or, empty, of a CF that had
     /// none), and every new key put since it was installed. Writers that
     /// still hold the chain before drop it when they end.
-    pub fn promote(&self, f: &Arc<KeyFilter>) {
+    ///
+    /// Returns false, changing nothing, if `f` is no longer the filter
+    /// being built: the CF was dropped meanwhile ([`CfKeyFilter::release`]
+    /// cleared it). The build's scan runs without the writer lock, so a
+    /// `drop_cf` can come between; this was an assertion, and an
+    /// adversarial probe (a CF created, filled and dropped in a loop while
+    /// another thread built filters) panicked the builder thread on it.
+    pub fn promote(&self, f: &Arc<KeyFilter>) -> bool {
         assert!(f.from().is_some(), "promoted before its build finished");
+        let mut promoted = false;
         self.targets.rcu(|cur| {
-            let was_built = cur.building.as_ref().is_some_and(|b| Arc::ptr_eq(b, f));
-            assert!(was_built, "promoted a key filter not being built");
+            promoted = cur.building.as_ref().is_some_and(|b| Arc::ptr_eq(b, f));
+            if !promoted {
+                return FilterTargets {
+                    chain: cur.chain.clone(),
+                    building: cur.building.clone(),
+                };
+            }
             FilterTargets {
                 chain: vec![f.clone()],
                 building: None,
             }
         });
-        f.budget.built.fetch_add(1, Ordering::AcqRel);
+        if promoted {
+            f.budget.built.fetch_add(1, Ordering::AcqRel);
+        }
+        promoted
     }
 
     /// The build of the installed filter failed: it goes, the chain stays.
@@ -456,6 +472,22 @@ mod tests {
         assert!(t.lacks(Version(7), TableId(1), b"zz"));
         assert!(!t.lacks(Version(7), TableId(1), b"k"), "kept the put");
         assert!(t.building.is_none());
+    }
+
+    #[test]
+    fn a_build_that_ends_after_its_cf_was_dropped_is_not_promoted() {
+        let budget = Arc::new(FilterBudget::new(u64::MAX));
+        let cf = CfKeyFilter::default();
+        let f = Arc::new(KeyFilter::new(10, &budget).unwrap());
+        cf.install(f.clone());
+        // drop_cf while the build scans, without the writer lock.
+        cf.release();
+        f.finish(Version(3));
+        assert!(!cf.promote(&f), "promoted into a dropped CF");
+        let t = cf.targets();
+        assert!(t.chain.is_empty() && t.building.is_none());
+        assert!(!t.lacks(Version(9), TableId(1), b"k"), "nothing trusted");
+        assert_eq!(budget.built(), 0);
     }
 
     #[test]
