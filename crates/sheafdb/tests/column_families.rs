@@ -486,7 +486,7 @@ fn integrity_checks_beside_cf_creation_and_drops_see_no_corruption() -> Result<(
                 let name = format!("c{}", i % 4);
                 let cf = db.create_cf(&name)?;
                 fill(&cf, 0, 50 + i % 200)?;
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     db.checkpoint()?;
                 }
                 db.drop_cf(&name)?;

@@ -158,33 +158,47 @@ fn check_partition(
     Ok(())
 }
 
-/// B1/B2: the budget's count equals the bytes of every live CF's current
-/// buffer, and is within the limit. Checked with every CF's writer held and
-/// no CF created or dropped meanwhile (retried if the set changed before
-/// its locks were taken).
-fn check_buffer_budget(shared: &Arc<DbShared>) -> Result<()> {
+/// The live CFs, their writers (locked) and the create/drop lock.
+type Quiet<'a> = (
+    Vec<Arc<crate::txn::CfShared>>,
+    Vec<crate::txn::WriterGuard>,
+    crate::lock_rank::RankedGuard<'a, ()>,
+);
+
+/// Every live CF with its writer locked, and the create/drop lock held
+/// (after the writers: the order `drop_cf` uses), retried until the CFs
+/// locked are the live ones. `WouldDeadlock` if this thread holds a writer.
+fn quiesce(shared: &DbShared) -> Result<Quiet<'_>> {
     loop {
         let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
         let mut writers = Vec::with_capacity(cfs.len());
         for c in &cfs {
             writers.push(c.lock_writer()?);
         }
-        let _no_create_drop = shared.registry.create_drop.lock();
+        let no_create_drop = shared.registry.create_drop.lock();
         let live: Vec<CfId> = shared.registry.cfs.read().keys().copied().collect();
         let locked: Vec<CfId> = cfs.iter().map(|c| c.id).collect();
-        if live != locked {
-            continue;
+        if live == locked {
+            return Ok((cfs, writers, no_create_drop));
         }
-        let held: u64 = writers.iter().map(|w| w.head.buffer.bytes()).sum();
-        let used = shared.budget.used();
-        if used != held || used > shared.budget.limit() {
-            return Err(bad(format!(
-                "buffer budget counts {used} bytes, the CFs' buffers hold {held} (limit {})",
-                shared.budget.limit()
-            )));
-        }
-        return Ok(());
     }
+}
+
+/// B1/B2: the budget's count equals the bytes of every live CF's current
+/// buffer, and is within the limit. Checked with every CF's writer held and
+/// no CF created or dropped meanwhile (retried if the set changed before
+/// its locks were taken).
+fn check_buffer_budget(shared: &Arc<DbShared>) -> Result<()> {
+    let (_cfs, writers, _no_create_drop) = quiesce(shared)?;
+    let held: u64 = writers.iter().map(|w| w.head.buffer.bytes()).sum();
+    let used = shared.budget.used();
+    if used != held || used > shared.budget.limit() {
+        return Err(bad(format!(
+            "buffer budget counts {used} bytes, the CFs' buffers hold {held} (limit {})",
+            shared.budget.limit()
+        )));
+    }
+    Ok(())
 }
 
 pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result<IntegrityReport> {
@@ -196,19 +210,7 @@ pub(super) fn check(shared: &Arc<DbShared>, report_to: ProgressFn<'_>) -> Result
     // dropped meanwhile was reported as corruption ("system tree lists cf
     // 81, which is neither open nor dropped", "page in use outside the
     // extents of cf 124"; adversarial probe).
-    let (cfs, writers, _no_create_drop) = loop {
-        let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
-        let mut writers = Vec::with_capacity(cfs.len());
-        for c in &cfs {
-            writers.push(c.lock_writer()?);
-        }
-        let no_create_drop = shared.registry.create_drop.lock();
-        let live: Vec<CfId> = shared.registry.cfs.read().keys().copied().collect();
-        let locked: Vec<CfId> = cfs.iter().map(|c| c.id).collect();
-        if live == locked {
-            break (cfs, writers, no_create_drop);
-        }
-    };
+    let (cfs, writers, _no_create_drop) = quiesce(shared)?;
     let mut _folds = Vec::with_capacity(cfs.len());
     for c in &cfs {
         _folds.push(no_fold_running(shared, c)?);
