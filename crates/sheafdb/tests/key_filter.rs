@@ -484,3 +484,75 @@ fn a_build_from_a_writer_of_another_cf_is_refused_before_it_waits() {
         "{r:?}"
     );
 }
+
+/// Found by an adversarial kill campaign: `build_key_filters` failed with
+/// "page belongs to cf 322 not cf 324" (and checksum mismatches) when a CF
+/// it was scanning was dropped: the scan reads without the writer lock,
+/// and the drop gave the CF's pages to another CF under it. A build of a
+/// CF dropped meanwhile now ends quietly. One thread creates, fills and
+/// drops CFs, another writes a long-lived CF (which claims the pages),
+/// and the caller builds filters all along; no build may fail.
+#[test]
+fn filter_builds_beside_cf_drops_do_not_fail() -> Result<()> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let db = builder()
+        .extent_sizes(16 * 4096, 64 * 4096)
+        .key_filter_min_keys(16)
+        .create(dir.path().join("k.sheaf"))?;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<()> {
+        let churn = s.spawn(|| -> Result<()> {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let name = format!("eph{}", i % 3);
+                let cf = db.create_cf(&name)?;
+                let tx = cf.begin_write()?;
+                {
+                    let mut t = tx.open_table(T)?;
+                    for k in 0..300 + (i % 5) * 400 {
+                        t.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k)?;
+                    }
+                }
+                tx.commit()?;
+                db.checkpoint()?;
+                db.drop_cf(&name)?;
+                i += 1;
+            }
+            Ok(())
+        });
+        let other = s.spawn(|| -> Result<()> {
+            let cf = db.create_cf("long")?;
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let tx = cf.begin_write()?;
+                {
+                    let mut t = tx.open_table(T)?;
+                    for _ in 0..200 {
+                        n += 1;
+                        t.insert(n.wrapping_mul(0xbf58_476d_1ce4_e5b9), n)?;
+                    }
+                }
+                tx.commit()?;
+                db.checkpoint()?;
+            }
+            Ok(())
+        });
+        let until = Instant::now() + Duration::from_secs(6);
+        let mut builds = 0u32;
+        let r = (|| -> Result<()> {
+            while Instant::now() < until {
+                db.build_key_filters()?;
+                builds += 1;
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        churn.join().expect("churn thread panicked")?;
+        other.join().expect("writer thread panicked")?;
+        r?;
+        assert!(builds > 0, "no build ran");
+        Ok(())
+    })?;
+    db.check_integrity()?;
+    Ok(())
+}
