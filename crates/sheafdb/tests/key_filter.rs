@@ -487,9 +487,10 @@ fn a_build_from_a_writer_of_another_cf_is_refused_before_it_waits() {
 
 /// Found by an adversarial kill campaign: `build_key_filters` failed with
 /// "page belongs to cf 322 not cf 324" (and checksum mismatches) when a CF
-/// it was scanning was dropped: the scan reads without the writer lock,
-/// and the drop gave the CF's pages to another CF under it. A build of a
-/// CF dropped meanwhile now ends quietly. One thread creates, fills and
+/// it listed was dropped: its first estimate read the published version
+/// without holding it before checking the CF live, so the drop could give
+/// the pages to another CF first. It now holds the version, then checks,
+/// as a reader does. One thread creates, fills and
 /// drops CFs, another writes a long-lived CF (which claims the pages),
 /// and the caller builds filters all along; no build may fail.
 #[test]

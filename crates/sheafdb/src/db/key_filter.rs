@@ -119,21 +119,7 @@ pub(crate) fn build_all(shared: &Arc<DbShared>, wait: Wait) -> Result<Built> {
 }
 
 /// Builds a new key filter for `cf` and has writers trust it (F1).
-///
-/// A failure of a CF dropped meanwhile is no failure: the estimate and
-/// the scan read its pages without its writer lock, and a `drop_cf` can
-/// give them to another CF under them ("page belongs to cf 322 not cf
-/// 324", checksum mismatches: an adversarial kill campaign, with CFs
-/// created and dropped beside writers of others). Nothing is built for it.
 fn build_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Result<Built> {
-    match build_live_cf(shared, cf, wait) {
-        Err(_) if cf.check_live().is_err() => Ok(Built::Done),
-        r => r,
-    }
-}
-
-/// [`build_cf`] of a CF not dropped before it ends.
-fn build_live_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Result<Built> {
     let _one_build = match wait {
         // (`build_all` refused a caller holding a writer: another caller
         // may hold this lock while it waits for that writer.)
@@ -150,7 +136,20 @@ fn build_live_cf(shared: &Arc<DbShared>, cf: &Arc<CfShared>, wait: Wait) -> Resu
     // Sized and allocated before the writer lock (zeroing a large filter
     // takes a while), from the published version; checked again against
     // the latest commit under the lock.
-    let published = estimate_keys(shared, cf, &cf.current.load_full())?;
+    //
+    // The version is held before the CF is checked live, as a reader
+    // does: once it is held, a drop cannot give its pages back
+    // (`release_dropped` counts it). Read the other way round, or not
+    // checked at all, a CF dropped after `build_all` listed it had its
+    // pages given to another CF before the estimate read them ("page
+    // belongs to cf 322 not cf 324", checksum mismatches: an adversarial
+    // kill campaign, CFs created and dropped beside writers of others).
+    let published_version = cf.current.load_full();
+    if cf.check_live().is_err() {
+        return Ok(Built::Done);
+    }
+    let published = estimate_keys(shared, cf, &published_version)?;
+    drop(published_version);
     let Some(mut filter) = KeyFilter::new(published.saturating_mul(2), &shared.filter_budget)
     else {
         return Ok(no_room(cf));
