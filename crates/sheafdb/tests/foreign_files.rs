@@ -466,3 +466,165 @@ fn a_directory_in_place_of_a_wal_segment_fails_the_open() {
     assert!(matches!(err, Error::Io(_)), "{err}");
     assert!(seg.is_dir(), "a refused open changed the directory");
 }
+
+/// Deletes every WAL segment file of `NAME`.
+fn delete_wal(vfs: &SimVfs) {
+    for f in wal_names(vfs) {
+        Vfs::remove(vfs, &f).unwrap();
+    }
+    assert!(wal_names(vfs).is_empty());
+}
+
+/// Rule O13: 10 rows checkpointed, 40 more only in the WAL, then a crash
+/// and the WAL deleted by hand. Before the WAL mark this opened with 10
+/// rows and no error (the 40 acknowledged commits silently gone).
+#[test]
+fn a_wal_deleted_after_a_crash_is_refused_and_nothing_changes() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 10);
+    db.checkpoint().unwrap();
+    for k in 10..50 {
+        put(&db, k, 1);
+    }
+    let image = vfs.process_crash();
+    drop(db);
+    delete_wal(&image);
+    let before = files_of(&image);
+    let err = open(&image).map(drop).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("accept_missing_wal"), "{err}");
+    let ro = builder()
+        .read_only(true)
+        .open_with_vfs(Arc::new(image.clone()), NAME);
+    assert!(matches!(ro, Err(Error::WalMismatch(_))), "read-only open");
+    assert_eq!(files_of(&image), before, "a refused open changed a file");
+    // Asked for, the open goes on as of the last checkpoint; from then on
+    // the database has a WAL again and a crash loses nothing.
+    let db = builder()
+        .background_checkpoints(false)
+        .accept_missing_wal(true)
+        .open_with_vfs(Arc::new(image.clone()), NAME)
+        .unwrap();
+    assert_eq!(count(&db), 10);
+    put(&db, 100, 5);
+    let again = image.process_crash();
+    drop(db);
+    let db = open(&again).unwrap();
+    assert_eq!(count(&db), 15);
+    db.check_integrity().unwrap();
+}
+
+/// A data file copied alone while its database runs (the usual backup
+/// mistake) is refused, not opened without the commits its WAL held.
+#[test]
+fn a_data_file_copied_without_its_wal_while_open_is_refused() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 10);
+    db.checkpoint().unwrap();
+    put(&db, 10, 10);
+    let copy = SimVfs::new();
+    copy.set_file_bytes(NAME, vfs.file_bytes(NAME).unwrap());
+    let err = open(&copy).map(drop).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert_eq!(count(&db), 20, "the source is untouched");
+}
+
+/// A cleanly closed database needs no WAL: deleting it (or copying the
+/// data file alone) loses nothing, and the next open makes a new one.
+#[test]
+fn a_cleanly_closed_database_opens_without_its_wal() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 30);
+    db.close().unwrap();
+    delete_wal(&vfs);
+    let db = open(&vfs).unwrap();
+    assert_eq!(count(&db), 30);
+    assert!(
+        !wal_names(&vfs).is_empty(),
+        "a read-write open made no WAL file"
+    );
+    put(&db, 30, 3);
+    let image = vfs.process_crash();
+    drop(db);
+    delete_wal(&image);
+    // Open again: the base requires its WAL once more.
+    let err = open(&image).map(drop).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+}
+
+/// A database whose open WAL file is past the first size, every record
+/// checkpointed: the next checkpoint (idle) or compaction gives files back.
+fn with_large_idle_wal(vfs: &SimVfs) -> Database {
+    let db = builder()
+        .background_checkpoints(false)
+        .wal_first_segment_bytes(32 * 1024)
+        .create_with_vfs(Arc::new(vfs.clone()), NAME)
+        .unwrap();
+    for k in 0..40 {
+        let tx = db.begin_write().unwrap();
+        tx.open_table(BIG)
+            .unwrap()
+            .insert(k, vec![7u8; 3000].as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    db.checkpoint().unwrap();
+    db
+}
+
+fn give_back(db: &Database, compaction: bool) {
+    match compaction {
+        false => db.checkpoint().map(drop),
+        true => db.compact().map(drop),
+    }
+    .unwrap_or_default();
+}
+
+/// Rule O13 on the writer side: an idle log gives back its large open
+/// file, and a compaction every file, but a crash at any storage
+/// operation of either never finds no WAL file beside a base that
+/// requires one (the new small file is made durable first), so no
+/// crash makes a healthy database refuse to open.
+#[test]
+fn a_crash_anywhere_in_a_wal_give_back_never_leaves_the_database_without_its_wal() {
+    for compaction in [false, true] {
+        // How many storage operations the give-back takes, and that it
+        // does give the large file back.
+        let vfs = SimVfs::new();
+        let db = with_large_idle_wal(&vfs);
+        let files = wal_names(&vfs);
+        let before = vfs.op_count();
+        give_back(&db, compaction);
+        let ops = vfs.op_count() - before;
+        assert_ne!(
+            wal_names(&vfs),
+            files,
+            "compaction {compaction}: nothing given back"
+        );
+        drop(db);
+        for n in 1..=ops {
+            let vfs = SimVfs::new();
+            let db = with_large_idle_wal(&vfs);
+            vfs.fail_from(n, Fault::Eio);
+            give_back(&db, compaction);
+            for policy in [
+                CrashPolicy::DropAll,
+                CrashPolicy::KeepAll,
+                CrashPolicy::Random,
+            ] {
+                let image = vfs.crash_with(n, policy);
+                let db2 = open(&image).unwrap_or_else(|e| {
+                    panic!("compaction {compaction} op {n}/{ops} {policy:?}: open gave {e}")
+                });
+                let rx = db2.begin_read().unwrap();
+                assert_eq!(rx.open_table(BIG).unwrap().len().unwrap(), 40);
+                drop(rx);
+                db2.check_integrity().unwrap();
+            }
+            drop(db);
+        }
+    }
+}

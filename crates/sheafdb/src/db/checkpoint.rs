@@ -41,7 +41,7 @@ use crate::format::page::{
     pages_for_payload, PageBuf, PageBytes as _, PageRef, PageType, HEADER_LEN,
 };
 use crate::format::records::{cf_key, CfDescriptor, MetaBlob, TableMeta};
-use crate::format::superblock::Superblock;
+use crate::format::superblock::{Superblock, WalMark};
 use crate::pager::alloc::CfAllocator;
 use crate::pager::ranges::RangeSet;
 use crate::txn::pages::{ReadPages, TxnPages};
@@ -228,6 +228,7 @@ impl DbShared {
             && replay_lsn == sys.replay_lsn
             && !relocating
             && !cut
+            && self.wal_mark_for(&sys, replay_lsn) == sys.wal_mark
         {
             self.give_back_wal(keep_wal_bytes);
             return Ok(());
@@ -251,6 +252,23 @@ impl DbShared {
         self.wal().release_before(replay_lsn);
         self.give_back_wal(keep_wal_bytes);
         Ok(())
+    }
+
+    /// What a superblock with replay start `replay_lsn` says about the WAL
+    /// (rule O13): until the open made sure a segment file exists, what
+    /// the current one says (`NotRequired` for a new database); then
+    /// `Required`, except at close once the base covers the whole log
+    /// (no commit starts after close began), when the files may go.
+    fn wal_mark_for(&self, sys: &SysState, replay_lsn: Lsn) -> WalMark {
+        if !sys.wal_kept {
+            return sys.wal_mark;
+        }
+        let wal = self.wal();
+        if self.health.is_closed() && replay_lsn >= wal.next_lsn() {
+            return WalMark::NotRequired;
+        }
+        debug_assert!(wal.segment_files() > 0, "O13: WAL required with no file");
+        WalMark::Required
     }
 
     /// Deletes free WAL segment files beyond `keep_bytes` (design.md
@@ -486,7 +504,9 @@ impl DbShared {
             .map(|(id, p)| id.0 + (p.len() / self.space.pager.page_size()) as u64)
             .fold(sys.written_pages, u64::max)
             .min(meta.file_pages);
+        let wal_mark = self.wal_mark_for(sys, replay_lsn);
         let sb = Superblock {
+            wal_mark,
             page_size: self.space.pager.page_size() as u32,
             generation: sys.generation + 1,
             sys_root: root.root,
@@ -538,6 +558,7 @@ impl DbShared {
         sys.replay_lsn = replay_lsn;
         sys.written_pages = written_pages;
         sys.file_pages = meta.file_pages;
+        sys.wal_mark = wal_mark;
         let mut alloc = sys.alloc.lock();
         let allocated: Vec<(PageId, u32)> = sp
             .private_runs()

@@ -29,6 +29,7 @@ use crate::types::{CfId, Lsn, PageId};
 
 use super::commit::Patience;
 use super::{DbShared, Options};
+use crate::format::superblock::WalMark;
 
 /// Durable system state, changed only by checkpoints (under its lock).
 #[derive(Debug)]
@@ -58,6 +59,12 @@ pub(crate) struct SysState {
     /// that shortened the extent map below it is not durable until a
     /// checkpoint writes a superblock with the shorter length.
     pub file_pages: u64,
+    /// What the current superblock says about the WAL (rule O13).
+    pub wal_mark: WalMark,
+    /// Set once the open made sure a WAL segment file exists durably
+    /// (`Wal::ensure_file`); from then on one always does, and checkpoints
+    /// may write `WalMark::Required` (`DbShared::wal_mark_for`).
+    pub wal_kept: bool,
 }
 
 /// When a checkpoint is due.

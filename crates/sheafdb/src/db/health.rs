@@ -69,6 +69,11 @@ impl Health {
         Ok(())
     }
 
+    /// True once close began (no commit starts after it).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Errors if the database was closed, or refuses writes.
     pub fn check_open(&self) -> Result<()> {
         self.check_not_closed()?;

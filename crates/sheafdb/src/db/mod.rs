@@ -110,6 +110,9 @@ pub(crate) struct Options {
     /// Open a WAL damaged in the middle up to the damage
     /// (`Builder::salvage_damaged_wal`).
     pub salvage_damaged_wal: bool,
+    /// Open a database whose base requires a WAL that is missing, as of
+    /// that base (`Builder::accept_missing_wal`).
+    pub accept_missing_wal: bool,
     /// Bytes the key filters of every CF may take (0: none;
     /// `Builder::key_filter_memory`).
     pub key_filter_memory: u64,
@@ -138,6 +141,7 @@ impl Default for Options {
             txn_spill_bytes: crate::txn::SPILL_BYTES,
             fold_patience: Duration::from_secs(3),
             salvage_damaged_wal: false,
+            accept_missing_wal: false,
             key_filter_memory: 64 << 20,
             key_filter_min_keys: crate::txn::key_filter::MIN_CAPACITY,
         }
@@ -581,6 +585,19 @@ impl Builder {
     /// continues past every damaged segment).
     pub fn salvage_damaged_wal(mut self, on: bool) -> Self {
         self.options.salvage_damaged_wal = on;
+        self
+    }
+
+    /// What an open does when the data file's last checkpoint says its WAL
+    /// may hold newer commits and no WAL file is beside it (deleted by
+    /// hand, or the data file copied or moved without its `NAME-wal.*`
+    /// files): by default (`false`) the open fails with
+    /// `Error::WalMismatch` and changes nothing, so the files can be put
+    /// back. With `true` it opens the database as of that checkpoint: the
+    /// commits after it are gone. A cleanly closed database needs no WAL
+    /// file and opens either way.
+    pub fn accept_missing_wal(mut self, on: bool) -> Self {
+        self.options.accept_missing_wal = on;
         self
     }
 

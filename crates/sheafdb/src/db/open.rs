@@ -19,7 +19,9 @@ use crate::btree::{self, TreeRoot};
 use crate::error::{Error, Location, Result};
 use crate::format::page::{PageBytes as _, PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::records::{decode_cf_key, CfDescriptor, MetaBlob};
-use crate::format::superblock::{fresh_db_id, valid_page_size, Slot, Superblock, SLOT_LEN};
+use crate::format::superblock::{
+    fresh_db_id, valid_page_size, Slot, Superblock, WalMark, SLOT_LEN,
+};
 use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy, ReclaimBatch};
 use crate::pager::space::PageSpace;
 use crate::pager::Pager;
@@ -138,6 +140,7 @@ fn open_wal(
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
         replayer.apply(lsn, payload)
     })?;
+    refuse_missing_wal(shared, name, &wal)?;
     if std::env::var_os("SHEAF_TRACE").is_some() {
         eprintln!("replay from {from:?}: {summary:?}");
     }
@@ -158,7 +161,14 @@ fn open_wal(
         .replayed_records
         .store(replayer.applied, std::sync::atomic::Ordering::Relaxed);
     replayer.finish()?;
-    if skipped && !shared.health.is_read_only() {
+    if shared.health.is_read_only() {
+        return Ok(());
+    }
+    // Rule O13: a segment file exists durably before any superblock says
+    // the WAL is required.
+    shared.wal().ensure_file()?;
+    shared.ckpt.sys.lock().wal_kept = true;
+    if skipped {
         // The log ended before a checkpoint LSN (it was damaged): make a
         // base past the skipped LSNs before anything new is appended.
         shared.checkpoint_all()?;
@@ -178,7 +188,36 @@ fn open_wal(
             ));
         }
     }
+    // A new database, a clean close or an older file: the base says the
+    // WAL is required from now on (one superblock write at open).
+    let mark = shared.ckpt.sys.lock().wal_mark;
+    if mark != WalMark::Required {
+        shared.checkpoint_including(Vec::new())?;
+    }
+    debug_assert_eq!(
+        shared.ckpt.sys.lock().wal_mark,
+        WalMark::Required,
+        "O13: a read-write open leaves a base that requires its WAL"
+    );
     Ok(())
+}
+
+/// Rule O13 (reader side): a base that says the WAL is required, with no
+/// segment file beside it, lost the commits since that base (the WAL was
+/// deleted, or the data file copied without it): `WalMismatch`, unless
+/// `Builder::accept_missing_wal` opens it at the base anyway.
+fn refuse_missing_wal(shared: &DbShared, name: &str, wal: &wal::Wal) -> Result<()> {
+    let mark = shared.ckpt.sys.lock().wal_mark;
+    if mark != WalMark::Required || wal.segment_files() > 0 || shared.options.accept_missing_wal {
+        return Ok(());
+    }
+    Err(Error::WalMismatch(format!(
+        "{name} was last checkpointed while its WAL held or could hold newer commits, \
+         and no WAL file ({name}-wal.*) is beside it: they were deleted, or the data \
+         file was copied without them, and the commits since that checkpoint are \
+         missing. Put the WAL files back, or open with Builder::accept_missing_wal(true) \
+         to open the database as of its last checkpoint"
+    )))
 }
 
 /// The highest LSN the durable base names: the replay start and every
@@ -423,6 +462,9 @@ fn create_new(
         db_id,
         written_pages: 2,
         file_pages: 2,
+        // No WAL file yet (rule O13): the open makes one, then marks it.
+        wal_mark: WalMark::NotRequired,
+        wal_kept: false,
     };
     let shared = new_shared(opts, storage, lock, ps, ExtentMap::new(2), sys)?;
     let desc = CfDescriptor {
@@ -497,6 +539,8 @@ fn open_existing(
         db_id: sb.db_id,
         written_pages: sb.written_pages,
         file_pages: sb.file_pages,
+        wal_mark: sb.wal_mark,
+        wal_kept: false,
     };
     let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
     load_cfs(&shared)?;

@@ -21,8 +21,16 @@
 //! | 72  | 8 | WAL replay start LSN (every CF's base covers the log below it) |
 //! | 80  | 8 | database identity (random, fixed at creation; every WAL segment header carries it) |
 //! | 88  | 8 | written pages: one past the highest page any checkpoint wrote (the file is at least this long) |
-//! | 96  | 412 | reserved, zero |
+//! | 96  | 4 | WAL mark ([`WalMark`]: 0 unknown, 1 required, 2 not required) |
+//! | 100 | 408 | reserved, zero |
 //! | 508 | 4 | crc32c of bytes 0..508 |
+//!
+//! The WAL mark (rule O13, design.md "A missing WAL") lets an open tell a
+//! WAL deleted by hand (or a data file copied without it) from a log with
+//! nothing in it: `Required` is written only while a WAL segment file
+//! exists durably, so a `Required` base with no segment file lost commits.
+//! Files written before the mark existed hold 0 there (`Unknown`: no check);
+//! earlier builds ignore the field.
 //!
 //! The magic is checked before the checksum, so a file that is not a
 //! sheafdb database gets `NotADatabase`, a damaged one `Corrupted`.
@@ -61,7 +69,8 @@ mod off {
     pub const REPLAY_LSN: usize = 72;
     pub const DB_ID: usize = 80;
     pub const WRITTEN_PAGES: usize = 88;
-    pub const RESERVED: usize = 96;
+    pub const WAL_MARK: usize = 96;
+    pub const RESERVED: usize = 100;
     pub const CRC: usize = 508;
 }
 
@@ -80,7 +89,8 @@ const _: () = assert!(off::NEXT_CF == off::FILE_PAGES + 8);
 const _: () = assert!(off::REPLAY_LSN == off::NEXT_CF + 8);
 const _: () = assert!(off::DB_ID == off::REPLAY_LSN + 8);
 const _: () = assert!(off::WRITTEN_PAGES == off::DB_ID + 8);
-const _: () = assert!(off::RESERVED == off::WRITTEN_PAGES + 8);
+const _: () = assert!(off::WAL_MARK == off::WRITTEN_PAGES + 8);
+const _: () = assert!(off::RESERVED == off::WAL_MARK + 4);
 const _: () = assert!(off::CRC == SLOT_LEN - 4);
 const _: () = assert!(off::RESERVED <= off::CRC);
 const _: () = assert!(SLOT_LEN <= super::page::MIN_PAGE_SIZE);
@@ -112,6 +122,45 @@ pub struct Superblock {
     pub db_id: u64,
     /// One past the highest page any checkpoint wrote.
     pub written_pages: u64,
+    /// Whether an open needs a WAL file beside the data file (rule O13).
+    pub wal_mark: WalMark,
+}
+
+/// What a superblock says about the WAL beside its data file (rule O13,
+/// design.md "A missing WAL").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WalMark {
+    /// Written by a build before the mark existed: an open cannot tell a
+    /// missing WAL from an empty one, and does not try.
+    #[default]
+    Unknown,
+    /// The log may hold commits past this base, and a segment file existed
+    /// durably when it was written (and one always does until a base says
+    /// otherwise): an open that finds no segment file refuses, since the
+    /// commits since this base are gone.
+    Required,
+    /// Every record of the log is in this base and none follows it (a clean
+    /// close, a new database): the WAL files may be missing.
+    NotRequired,
+}
+
+impl WalMark {
+    fn encode(self) -> u32 {
+        match self {
+            WalMark::Unknown => 0,
+            WalMark::Required => 1,
+            WalMark::NotRequired => 2,
+        }
+    }
+
+    fn decode(v: u32) -> Option<WalMark> {
+        match v {
+            0 => Some(WalMark::Unknown),
+            1 => Some(WalMark::Required),
+            2 => Some(WalMark::NotRequired),
+            _ => None,
+        }
+    }
 }
 
 /// What a slot holds.
@@ -150,6 +199,7 @@ impl Superblock {
         put_u64(&mut b, off::REPLAY_LSN, self.replay_lsn.0);
         put_u64(&mut b, off::DB_ID, self.db_id);
         put_u64(&mut b, off::WRITTEN_PAGES, self.written_pages);
+        put_u32(&mut b, off::WAL_MARK, self.wal_mark.encode());
         seal(&mut b);
         b
     }
@@ -206,6 +256,9 @@ impl Superblock {
         if !valid_page_size(page_size as usize) {
             return Err(bad("invalid page size"));
         }
+        let Some(wal_mark) = WalMark::decode(read_u32(b, off::WAL_MARK)) else {
+            return Err(bad("unknown WAL mark"));
+        };
         let sb = Superblock {
             page_size,
             generation: read_u64(b, off::GENERATION),
@@ -219,6 +272,7 @@ impl Superblock {
             replay_lsn: Lsn(read_u64(b, off::REPLAY_LSN)),
             db_id: read_u64(b, off::DB_ID),
             written_pages: read_u64(b, off::WRITTEN_PAGES),
+            wal_mark,
         };
         let between_page_size_and_id = b.get(off::GENERATION..off::DB_ID).unwrap_or_default();
         if sb.generation == 0
@@ -329,7 +383,24 @@ mod tests {
             replay_lsn: Lsn(0),
             db_id: 0xABCD,
             written_pages: 13,
+            wal_mark: WalMark::Required,
         }
+    }
+
+    #[test]
+    fn every_wal_mark_round_trips_and_others_are_corruption() {
+        for mark in [WalMark::Unknown, WalMark::Required, WalMark::NotRequired] {
+            let sb = Superblock {
+                wal_mark: mark,
+                ..sample()
+            };
+            assert_eq!(Superblock::decode(&sb.encode(), 0).unwrap(), Some(sb));
+        }
+        let mut b = sample().encode();
+        put_u32(&mut b, off::WAL_MARK, 3);
+        seal(&mut b);
+        let e = Superblock::decode(&b, 0).unwrap_err();
+        assert!(matches!(e, Error::Corrupted { .. }), "{e}");
     }
 
     #[test]

@@ -636,6 +636,27 @@ impl Layout {
         }
     }
 
+    /// Opens a new use with no record yet at `next_lsn`, in a file of the
+    /// next size (a free file if one fits, else a new one), when the log
+    /// has no segment file at all: so one always exists while a superblock
+    /// says the WAL is required (rule O13). The caller runs a round to
+    /// create it. `Err` if every slot number is taken.
+    pub fn begin_empty_use(&mut self) -> Result<(), SlotsExhausted> {
+        debug_assert!(
+            self.open.is_none() && self.slot_files() == 0,
+            "an empty use begun beside a segment file"
+        );
+        let (slot, bytes) = self.pick_slot(0).ok_or(SlotsExhausted)?;
+        self.switch_use(slot, bytes);
+        Ok(())
+    }
+
+    /// True if a use begun is still to be written (its file may not exist
+    /// yet).
+    pub fn begin_pending(&self) -> bool {
+        (self.pending.iter()).any(|s| matches!(s, Step::Begin { .. }))
+    }
+
     /// Marks the slots `give_back` returned as under deletion (`busy`) or,
     /// once their files are gone, no longer.
     pub fn set_deleting(&mut self, slots: &[usize], deleting: bool) {

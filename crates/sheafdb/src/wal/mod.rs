@@ -389,15 +389,7 @@ impl Wal {
         }
         let before = st.layout.next_lsn;
         let synced = st.synced_lsn;
-        let (lsn, end) = st.layout.push(frame, synced).map_err(|_| {
-            Error::Io(std::io::Error::new(
-                std::io::ErrorKind::StorageFull,
-                format!(
-                    "the WAL uses all {} segment slots; release (checkpoint) some",
-                    segment::MAX_SLOTS
-                ),
-            ))
-        })?;
+        let (lsn, end) = (st.layout.push(frame, synced)).map_err(|_| slots_exhausted())?;
         // LSNs are issued in increasing order, past everything written.
         assert!(lsn >= before, "WAL issued {lsn:?} below its end {before:?}");
         assert!(end > lsn, "WAL record at {lsn:?} has no length");
@@ -478,10 +470,16 @@ impl Wal {
             return Ok(0);
         }
         let freed = before - st.layout.slot_bytes();
-        let mut io = st.io.take().expect("I/O state is home between rounds");
-        st.io_in_progress = true;
         // No spare may be made under these numbers until the files are gone.
         st.layout.set_deleting(&gone, true);
+        // Rule O13: the last segment file goes only once another exists
+        // durably (a superblock may say the WAL is required).
+        if let Err(e) = self.keep_a_file(st.inner()) {
+            st.layout.set_deleting(&gone, false);
+            return Err(e);
+        }
+        let mut io = st.io.take().expect("I/O state is home between rounds");
+        st.io_in_progress = true;
         let outcome = MutexGuard::unlocked(st.inner(), || {
             gone.iter().try_for_each(|&slot| io.remove(slot))
         });
@@ -492,6 +490,40 @@ impl Wal {
         // The files hold nothing needed: a failed deletion leaves a file
         // the writer no longer counts (recreated or reused later).
         outcome.map(|()| freed).map_err(Error::Io)
+    }
+
+    /// Makes sure a segment file exists durably (file and directory
+    /// entry), beginning a use with no record in a new small file if the
+    /// log has none: rule O13, before a superblock says the WAL is
+    /// required. Does nothing for a read-only log.
+    pub fn ensure_file(&self) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        while st.io_in_progress {
+            self.round_done.wait(st.inner());
+        }
+        if let Some(cause) = &st.poisoned {
+            return Err(Error::Poisoned(cause.clone()));
+        }
+        self.keep_a_file(st.inner())
+    }
+
+    /// Under the state lock, with no round running: if the log has no
+    /// segment file left (or only one whose use is not written yet),
+    /// runs a round that creates it.
+    fn keep_a_file(&self, st: &mut MutexGuard<'_, State>) -> Result<()> {
+        debug_assert!(!st.io_in_progress, "keep_a_file during a round");
+        if st.layout.slot_files() == 0 {
+            st.layout.begin_empty_use().map_err(|_| slots_exhausted())?;
+        }
+        if !st.layout.begin_pending() {
+            return Ok(());
+        }
+        self.lead_round(st, Need::Durable)?;
+        debug_assert!(!st.layout.begin_pending(), "a round left a use unbegun");
+        Ok(())
     }
 
     /// Makes a spare segment file ahead of the next switch, if the open
@@ -688,6 +720,18 @@ impl Wal {
         self.round_done.notify_all();
         result.map(|_| ()).map_err(Error::Io)
     }
+}
+
+/// `StorageFull` (not poisoning): a new use needs a slot number and every
+/// one holds a use not yet released.
+fn slots_exhausted() -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        format!(
+            "the WAL uses all {} segment slots; release (checkpoint) some",
+            segment::MAX_SLOTS
+        ),
+    ))
 }
 
 /// The I/O of one round; returns whether frames were written.
