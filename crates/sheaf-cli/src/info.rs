@@ -87,6 +87,7 @@ fn to_json(path: &Path, f: &FileInfo, cfs: &[CfReport]) -> Json {
         "wal_end_lsn": f.wal_end_lsn,
         "clean": f.clean,
         "replayed_records": f.replayed_records,
+        "wal_required": f.wal_required,
         "column_families": cfs,
     })
 }
@@ -179,6 +180,11 @@ fn to_text(path: &Path, f: &FileInfo, cfs: &[CfReport]) -> String {
         )
     };
     let _ = writeln!(w, "last close      {close}");
+    let needed = match f.wal_required {
+        true => "yes: commits since the last checkpoint may be only in the WAL",
+        false => "no: the data file alone holds every commit (closed cleanly)",
+    };
+    let _ = writeln!(w, "WAL needed      {needed}");
     for c in cfs {
         let s = &c.stats;
         let _ = writeln!(w);

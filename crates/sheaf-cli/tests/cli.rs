@@ -365,6 +365,8 @@ fn info_reports_an_unclean_close_and_reads_the_log() {
         text.contains("not clean: an open replays 5 WAL records"),
         "{text}"
     );
+    assert!(text.contains("WAL needed      yes"), "{text}");
+    assert_eq!(json["wal_required"], true);
     // The records are read (in memory) by dump too.
     let dump = stdout_of(sheaf().args(["dump", "--table", "users"]).arg(&path));
     assert_eq!(dump.lines().count(), 5, "{dump}");
@@ -373,6 +375,31 @@ fn info_reports_an_unclean_close_and_reads_the_log() {
         files(dir.path()),
         before,
         "a read-only command changed the files"
+    );
+}
+
+/// Rule O13 through the CLI: a crashed database whose WAL was deleted is
+/// refused (exit 2, naming the way out), and nothing changes.
+#[test]
+fn a_crashed_database_without_its_wal_gives_exit_2() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crashed.sheaf");
+    crashed_database(&path);
+    for (name, _) in files(dir.path()) {
+        if name.contains("-wal.") {
+            std::fs::remove_file(dir.path().join(name)).unwrap();
+        }
+    }
+    let before = files(dir.path());
+    for cmd in ["info", "check"] {
+        let err = fails(sheaf().arg(cmd).arg(&path), 2, "accept_missing_wal");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    assert_eq!(
+        files(dir.path()),
+        before,
+        "a refused command changed the files"
     );
 }
 

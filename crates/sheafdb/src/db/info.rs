@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Database, DbShared};
 use crate::error::{Location, Result};
+use crate::format::superblock::WalMark;
 use crate::format::FORMAT_VERSION;
 use crate::table::TableStats;
 use crate::wal::FIRST_LSN;
@@ -46,15 +47,21 @@ pub struct FileInfo {
     /// True if the open replayed no record: the last close was clean (or
     /// everything committed before a crash had been checkpointed).
     pub clean: bool,
+    /// True if the data file's last checkpoint needs its WAL: commits
+    /// since it may be only in the `NAME-wal.*` files, and an open without
+    /// them is refused (rule O13). False after a clean close: the data
+    /// file alone holds every commit. True for a file written before the
+    /// mark existed (nothing tells).
+    pub wal_required: bool,
     /// True if the database was opened read-only.
     pub read_only: bool,
 }
 
 impl DbShared {
     fn file_info(&self) -> Result<FileInfo> {
-        let (generation, replay_lsn) = {
+        let (generation, replay_lsn, wal_mark) = {
             let sys = self.ckpt.sys.lock();
-            (sys.generation, sys.replay_lsn)
+            (sys.generation, sys.replay_lsn, sys.wal_mark)
         };
         let page_size = self.space.pager.page_size();
         let file_pages = self.space.extents.lock().file_pages();
@@ -73,6 +80,7 @@ impl DbShared {
             wal_segments: wal.segment_files() as u64,
             replayed_records: replayed,
             clean: replayed == 0,
+            wal_required: wal_mark != WalMark::NotRequired,
             read_only: self.health.is_read_only(),
         })
     }
