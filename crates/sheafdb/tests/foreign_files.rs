@@ -628,3 +628,99 @@ fn a_crash_anywhere_in_a_wal_give_back_never_leaves_the_database_without_its_wal
         }
     }
 }
+
+/// Review of rule O13: a first version made the small WAL file an idle
+/// give-back keeps with a WAL write round, whose failure poisons the log,
+/// so one ENOSPC or EIO in an idle checkpoint poisoned the database (and
+/// the checkpoint still returned `Ok`). Now a failure there only keeps a
+/// larger file: the next commit works, and every commit survives a crash.
+#[test]
+fn a_failed_operation_in_an_idle_give_back_poisons_nothing() {
+    // How many storage operations the idle give-back takes.
+    let vfs = SimVfs::new();
+    let db = with_large_idle_wal(&vfs);
+    let before = vfs.op_count();
+    give_back(&db, false);
+    let ops = vfs.op_count() - before;
+    assert!(ops >= 3, "the give-back did {ops} operations");
+    drop(db);
+    for fault in [Fault::NoSpace, Fault::Eio] {
+        for n in 1..=ops {
+            let vfs = SimVfs::new();
+            let db = with_large_idle_wal(&vfs);
+            vfs.fail_op(n, fault);
+            give_back(&db, false);
+            let tx = db.begin_write().unwrap();
+            tx.open_table(BIG)
+                .unwrap()
+                .insert(1000, [1u8; 10].as_slice())
+                .unwrap();
+            tx.commit()
+                .unwrap_or_else(|e| panic!("{fault:?} at op {n}/{ops}: the next commit: {e}"));
+            assert!(
+                !wal_names(&vfs).is_empty(),
+                "{fault:?} at op {n}: no WAL file"
+            );
+            let image = vfs.process_crash();
+            drop(db);
+            let db = open(&image).unwrap();
+            let rx = db.begin_read().unwrap();
+            assert_eq!(rx.open_table(BIG).unwrap().len().unwrap(), 41);
+        }
+    }
+}
+
+/// Format version 2 (before the WAL mark) opens, with no missing-WAL
+/// check, and a read-write open upgrades it: version 3, mark `Required`.
+#[test]
+fn a_version_2_file_opens_and_is_upgraded() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 10);
+    db.close().unwrap();
+    // Both slots as a version-2 build wrote them: version 2, offset 96 zero.
+    let mut file = vfs.file_bytes(NAME).unwrap();
+    let ps = 4096;
+    for slot in 0..2 {
+        let b = &mut file[slot * ps..slot * ps + SLOT_LEN];
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[96..100].fill(0);
+        let crc = crc32c::crc32c(&b[..SLOT_LEN - 4]);
+        b[SLOT_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+    vfs.set_file_bytes(NAME, file);
+    let version = |vfs: &SimVfs| {
+        let f = vfs.file_bytes(NAME).unwrap();
+        (0..2)
+            .filter_map(|s| Superblock::decode(&f[s * ps..s * ps + SLOT_LEN], s as u8).ok()?)
+            .max_by_key(|sb| sb.generation)
+            .map(|sb| {
+                (
+                    u32::from_le_bytes(f[8..12].try_into().unwrap()),
+                    sb.wal_mark,
+                )
+            })
+    };
+    // Read-only: read as it is, nothing written.
+    let ro = builder()
+        .read_only(true)
+        .open_with_vfs(Arc::new(vfs.clone()), NAME)
+        .unwrap();
+    assert_eq!(
+        ro.file_info().unwrap().format_version,
+        3,
+        "the build's version"
+    );
+    assert_eq!(count(&ro), 10);
+    drop(ro);
+    let db = open(&vfs).unwrap();
+    assert_eq!(count(&db), 10);
+    let (v, mark) = version(&vfs).unwrap();
+    assert_eq!(v, 3);
+    assert_eq!(mark, sheafdb::testing::WalMark::Required);
+    put(&db, 10, 5);
+    let image = vfs.process_crash();
+    drop(db);
+    delete_wal(&image);
+    assert!(matches!(open(&image).map(drop), Err(Error::WalMismatch(_))));
+}

@@ -16,4 +16,9 @@ pub mod records;
 pub mod superblock;
 
 /// Version of the on-disk format written by this build.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+
+/// The format before the superblock's WAL mark (design.md "Format version
+/// history"): read as a mark of `WalMark::Unknown`, and upgraded by the
+/// first checkpoint of a read-write open.
+pub const FORMAT_VERSION_NO_WAL_MARK: u32 = 2;

@@ -29,8 +29,9 @@
 //! WAL deleted by hand (or a data file copied without it) from a log with
 //! nothing in it: `Required` is written only while a WAL segment file
 //! exists durably, so a `Required` base with no segment file lost commits.
-//! Files written before the mark existed hold 0 there (`Unknown`: no check);
-//! earlier builds ignore the field.
+//! Files of format version 2 (before the mark) read as `Unknown` (no check)
+//! and are upgraded to version 3 by the first checkpoint of a read-write
+//! open; builds before the mark refuse version 3 (they would not keep it).
 //!
 //! The magic is checked before the checksum, so a file that is not a
 //! sheafdb database gets `NotADatabase`, a damaged one `Corrupted`.
@@ -45,7 +46,7 @@
 use crate::error::{Error, Location, Result};
 use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
 use crate::format::page::{MAX_PAGE_SIZE, MIN_PAGE_SIZE};
-use crate::format::FORMAT_VERSION;
+use crate::format::{FORMAT_VERSION, FORMAT_VERSION_NO_WAL_MARK};
 use crate::types::{CfId, Lsn, PageId, COUNTER_LIMIT};
 
 /// Magic bytes at the start of a slot.
@@ -247,16 +248,22 @@ impl Superblock {
             return Err(bad("checksum mismatch"));
         }
         let version = read_u32(b, off::VERSION);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_NO_WAL_MARK {
             return Err(Error::NotADatabase(format!(
-                "format version {version}, this build reads {FORMAT_VERSION}"
+                "format version {version}, this build reads {FORMAT_VERSION_NO_WAL_MARK} and \
+                 {FORMAT_VERSION}"
             )));
         }
         let page_size = read_u32(b, off::PAGE_SIZE);
         if !valid_page_size(page_size as usize) {
             return Err(bad("invalid page size"));
         }
-        let Some(wal_mark) = WalMark::decode(read_u32(b, off::WAL_MARK)) else {
+        // Version 2 had no mark (its bytes were reserved, zero).
+        let wal_mark = match version {
+            FORMAT_VERSION_NO_WAL_MARK => Some(WalMark::Unknown),
+            _ => WalMark::decode(read_u32(b, off::WAL_MARK)),
+        };
+        let Some(wal_mark) = wal_mark else {
             return Err(bad("unknown WAL mark"));
         };
         let sb = Superblock {
@@ -385,6 +392,21 @@ mod tests {
             written_pages: 13,
             wal_mark: WalMark::Required,
         }
+    }
+
+    #[test]
+    fn a_version_2_superblock_reads_with_an_unknown_mark() {
+        let mut b = sample().encode();
+        put_u32(&mut b, off::VERSION, FORMAT_VERSION_NO_WAL_MARK);
+        seal(&mut b);
+        let sb = Superblock::decode(&b, 0).unwrap().unwrap();
+        assert_eq!(sb.wal_mark, WalMark::Unknown);
+        put_u32(&mut b, off::VERSION, FORMAT_VERSION + 1);
+        seal(&mut b);
+        assert!(matches!(
+            Superblock::decode(&b, 0),
+            Err(Error::NotADatabase(_))
+        ));
     }
 
     #[test]

@@ -636,19 +636,32 @@ impl Layout {
         }
     }
 
-    /// Opens a new use with no record yet at `next_lsn`, in a file of the
-    /// next size (a free file if one fits, else a new one), when the log
-    /// has no segment file at all: so one always exists while a superblock
-    /// says the WAL is required (rule O13). The caller runs a round to
-    /// create it. `Err` if every slot number is taken.
-    pub fn begin_empty_use(&mut self) -> Result<(), SlotsExhausted> {
-        debug_assert!(
-            self.open.is_none() && self.slot_files() == 0,
-            "an empty use begun beside a segment file"
-        );
-        let (slot, bytes) = self.pick_slot(0).ok_or(SlotsExhausted)?;
-        self.switch_use(slot, bytes);
-        Ok(())
+    /// True if the log holds no use and no file it could not give back,
+    /// and none of its files is of the first size: a give-back would then
+    /// keep one large file (rule O13: never the last file), so a small one
+    /// is worth making first ([`Layout::reserve_small_file`]).
+    pub fn small_file_wanted(&self) -> bool {
+        let released = self.released_lsn;
+        self.open.is_none()
+            && !self.slots.iter().any(|s| {
+                s.busy || (s.exists && (s.bytes <= self.sizes.min_bytes || !s.is_free(released)))
+            })
+    }
+
+    /// Reserves a slot number for a free file of the first size, made
+    /// outside the lock like a spare (`io::make_spare`, then
+    /// [`Layout::spare_done`]): the file a give-back keeps (rule O13), or
+    /// the first one of a log that has none. `None` if no number is free.
+    pub fn reserve_small_file(&mut self) -> Option<(usize, u64)> {
+        let slot = self.unused_slot();
+        if slot >= self.max_slots {
+            return None;
+        }
+        if slot == self.slots.len() {
+            self.slots.push(SlotMeta::default());
+        }
+        self.slots[slot].busy = true;
+        Some((slot, self.sizes.min_bytes))
     }
 
     /// True if a use begun is still to be written (its file may not exist
@@ -707,6 +720,16 @@ impl Layout {
             .map(|(i, s)| (s.bytes, i))
             .collect();
         free.sort_unstable();
+        // Rule O13: the last file on disk stays (a superblock may say the
+        // WAL is required). The open use's file counts only once written:
+        // a use begun is still a pending step (its file may not exist).
+        let open_on_disk = open.is_some() && !self.begin_pending();
+        let others = (self.slots.iter().enumerate())
+            .filter(|&(i, s)| s.exists && Some(i) != open && !s.is_free(released))
+            .count();
+        if !open_on_disk && others == 0 && !free.is_empty() {
+            free.remove(0);
+        }
         let mut total: u64 = free.iter().map(|(b, _)| b).sum();
         let mut gone = Vec::new();
         for (bytes, i) in free {
@@ -727,6 +750,10 @@ impl Layout {
         debug_assert!(
             gone.iter().all(|&i| Some(i) != open),
             "the open use's file was given back"
+        );
+        debug_assert!(
+            (self.slots.iter()).any(|s| s.exists) || gone.is_empty(),
+            "O13: a give-back left the log without a file"
         );
         gone
     }
@@ -1151,8 +1178,9 @@ mod tests {
     }
 
     /// An idle log gives back its open file too, once every record is
-    /// released and nothing waits to be written; the next record starts
-    /// a use of the first size continuing the chain where the log ended.
+    /// released and nothing waits to be written, keeping a file of the
+    /// first size (rule O13); the next record starts a use there,
+    /// continuing the chain where the log ended.
     #[test]
     fn a_released_log_retires_its_large_open_file() {
         let sizes = SegmentSizes {
@@ -1176,10 +1204,17 @@ mod tests {
         let end = l.next_lsn;
         assert!(l.retire_open(false));
         assert!(!l.retire_open(false), "retired twice");
-        assert_eq!(l.give_back(0).len(), 1);
-        assert_eq!(l.slot_files(), 0);
-        // The next record: a first-size file, a use starting at the end
-        // and naming the retired use's salt.
+        // Rule O13: the last file stays; a small one is wanted first.
+        assert!(l.small_file_wanted());
+        assert!(l.give_back(0).is_empty(), "the last file was given back");
+        let (slot, bytes) = l.reserve_small_file().unwrap();
+        assert_eq!(bytes, sizes.min_bytes);
+        l.spare_done(slot, bytes, true);
+        assert!(!l.small_file_wanted());
+        assert_eq!(l.give_back(0).len(), 1, "the large file stayed");
+        assert_eq!(l.slot_files(), 1);
+        // The next record: in the first-size file, a use starting at the
+        // end and naming the retired use's salt.
         l.push(PreparedFrame::new(&[2u8; 10]), Lsn(0)).unwrap();
         let next = begins(&l.take_pending());
         let h = next[0].1;
@@ -1190,7 +1225,8 @@ mod tests {
         l.release_before(l.next_lsn);
         assert!(!l.retire_open(false), "retired a file of the first size");
         assert!(l.retire_open(true));
-        assert_eq!(l.give_back(0).len(), 1);
-        assert_eq!(l.slot_files(), 0);
+        assert!(!l.small_file_wanted());
+        assert!(l.give_back(0).is_empty(), "the last file was given back");
+        assert_eq!(l.slot_files(), 1);
     }
 }

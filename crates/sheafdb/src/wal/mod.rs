@@ -464,6 +464,16 @@ impl Wal {
         if retire != Retire::No {
             st.layout.retire_open(retire == Retire::Any);
         }
+        if st.layout.small_file_wanted() {
+            // Rule O13 keeps the last file: make it a small one first. A
+            // failure only keeps a larger file (nothing is poisoned).
+            drop(st);
+            let _ = self.make_small_file();
+            st = self.state.lock();
+            if st.io_in_progress || st.poisoned.is_some() {
+                return Ok(0);
+            }
+        }
         let before = st.layout.slot_bytes();
         let gone = st.layout.give_back(keep_bytes);
         if gone.is_empty() {
@@ -472,12 +482,6 @@ impl Wal {
         let freed = before - st.layout.slot_bytes();
         // No spare may be made under these numbers until the files are gone.
         st.layout.set_deleting(&gone, true);
-        // Rule O13: the last segment file goes only once another exists
-        // durably (a superblock may say the WAL is required).
-        if let Err(e) = self.keep_a_file(st.inner()) {
-            st.layout.set_deleting(&gone, false);
-            return Err(e);
-        }
         let mut io = st.io.take().expect("I/O state is home between rounds");
         st.io_in_progress = true;
         let outcome = MutexGuard::unlocked(st.inner(), || {
@@ -493,37 +497,35 @@ impl Wal {
     }
 
     /// Makes sure a segment file exists durably (file and directory
-    /// entry), beginning a use with no record in a new small file if the
-    /// log has none: rule O13, before a superblock says the WAL is
-    /// required. Does nothing for a read-only log.
+    /// entry), making a free one of the first size if the log has none:
+    /// rule O13, before a superblock says the WAL is required. Does
+    /// nothing for a read-only log.
     pub fn ensure_file(&self) -> Result<()> {
-        if self.opts.read_only {
+        if self.opts.read_only || self.state.lock().layout.slot_files() > 0 {
             return Ok(());
         }
-        let mut st = self.state.lock();
-        while st.io_in_progress {
-            self.round_done.wait(st.inner());
+        self.make_small_file()?;
+        match self.state.lock().layout.slot_files() {
+            0 => Err(Error::Io(std::io::Error::other(
+                "no WAL segment file could be made",
+            ))),
+            _ => Ok(()),
         }
-        if let Some(cause) = &st.poisoned {
-            return Err(Error::Poisoned(cause.clone()));
-        }
-        self.keep_a_file(st.inner())
     }
 
-    /// Under the state lock, with no round running: if the log has no
-    /// segment file left (or only one whose use is not written yet),
-    /// runs a round that creates it.
-    fn keep_a_file(&self, st: &mut MutexGuard<'_, State>) -> Result<()> {
-        debug_assert!(!st.io_in_progress, "keep_a_file during a round");
-        if st.layout.slot_files() == 0 {
-            st.layout.begin_empty_use().map_err(|_| slots_exhausted())?;
+    /// Makes a free segment file of the first size, zero-filled and
+    /// durable with its directory entry, outside the lock and outside any
+    /// round (as a spare is made): a failure removes the partial file and
+    /// changes nothing else.
+    fn make_small_file(&self) -> Result<()> {
+        let (slot, bytes) =
+            (self.state.lock().layout.reserve_small_file()).ok_or_else(slots_exhausted)?;
+        let made = io::make_spare(&*self.vfs, &self.name, slot, bytes);
+        if made.is_err() {
+            let _ = self.vfs.remove(&segment::segment_name(&self.name, slot));
         }
-        if !st.layout.begin_pending() {
-            return Ok(());
-        }
-        self.lead_round(st, Need::Durable)?;
-        debug_assert!(!st.layout.begin_pending(), "a round left a use unbegun");
-        Ok(())
+        (self.state.lock().layout).spare_done(slot, bytes, made.is_ok());
+        made.map_err(Error::Io)
     }
 
     /// Makes a spare segment file ahead of the next switch, if the open
