@@ -187,7 +187,9 @@ impl EngineKind {
             EngineKind::Sheafdb => {
                 "durable: Durability::Immediate (commit returns after the WAL is \
                  fdatasync'ed past it; group commit); no-sync: Durability::None (record \
-                 left in the WAL buffer, no fdatasync); library defaults otherwise"
+                 left in the WAL buffer, no fdatasync); removals: Table::delete (no \
+                 old value read; redb's remove returns it, fjall's and LMDB's do not); \
+                 library defaults otherwise"
             }
             EngineKind::Redb => {
                 "durable: Durability::Immediate (fsync before commit returns); \

@@ -146,11 +146,14 @@ impl Engine for SheafEngine {
         })
     }
 
+    /// `Table::delete`: the workload does not use the old values, so each
+    /// key is removed without a lookup (as fjall's and LMDB's removals do);
+    /// the count is settled at commit, in key order.
     fn remove_txn(&self, table: TableId, keys: &[&[u8]], mode: SyncMode) -> Result<()> {
         self.write(table, mode, |tx, def| {
             let mut t = tx.open_table(def)?;
             for &k in keys {
-                t.remove(k)?;
+                t.delete(k)?;
             }
             Ok(())
         })

@@ -491,6 +491,16 @@ impl WriteSet {
         self.update(table, |t| t.append_blind(key, slot));
     }
 
+    /// Moves `table`'s count change by `by`: a removal recorded as of a
+    /// missing key (`Table::delete`, which does not look) whose key turned
+    /// out to exist when its transaction settled it.
+    pub fn adjust_delta(&mut self, table: TableId, by: i64) {
+        self.update(table, |t| {
+            debug_assert!(!t.blind, "a settled count moved on blind writes");
+            t.delta += by;
+        });
+    }
+
     /// Settles every table's log of blind writes
     /// ([`TableWrites::settle_log`]): [`WriteSet::bytes`] then counts
     /// each key's last write only.

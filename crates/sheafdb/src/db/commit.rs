@@ -378,7 +378,13 @@ impl DbShared {
             outcome.next,
         ));
         st.base = head;
-        let payload = st.finish_log();
+        let payload = match st.finish_log() {
+            Ok(p) => p,
+            Err(e) => {
+                st.pages.rollback();
+                return Err(e);
+            }
+        };
         let logged = (payload.as_ref())
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         if !last && !logged {
@@ -561,7 +567,7 @@ impl DbShared {
         let _open = self.health.enter_commit()?;
         let mut payloads = Vec::with_capacity(states.len());
         for st in states.iter_mut() {
-            payloads.push(st.finish_log());
+            payloads.push(st.finish_log()?);
         }
         let merged = crate::wal::record::merge_payloads(&payloads);
         let logged = merged

@@ -620,7 +620,13 @@ impl DbShared {
             return Ok(0);
         }
         // The data did not change: the record carries no operation.
-        let payload = st.finish_log();
+        let payload = match st.finish_log() {
+            Ok(p) => p,
+            Err(e) => {
+                st.pages.rollback();
+                return Err(e);
+            }
+        };
         let r = self.commit(cf, &mut st, lock, Durability::None, payload);
         if r.is_err() {
             st.pages.rollback();

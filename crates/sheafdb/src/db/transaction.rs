@@ -616,7 +616,9 @@ impl WriteTransaction {
         let mut st = self.core.state()?;
         st.check_not_failed()?;
         self.core.check_none_open()?;
-        let payload = st.finish_log();
+        // (Settling blind removals reads the trees: a failure fails the
+        // commit, which rolls the pages back.)
+        let payload = st.finish_log()?;
         // An import goes to the trees now, to be written once
         // (`DbShared::commit` decides, once its pages are written).
         let import = payload

@@ -446,9 +446,17 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         }
     }
 
-    /// The table's id, tree root and entry count (pending writes included).
-    pub(super) fn info(&self, st: &WriteState) -> Result<(TableId, TreeRoot, u64)> {
+    /// The table's id, tree root and entry count (pending writes
+    /// included), after settling its blind removals ([`Table::delete`]).
+    pub(super) fn settled_info(&self, st: &mut WriteState) -> Result<(TableId, TreeRoot, u64)> {
+        let (id, _) = self.tree_of(st)?;
+        st.settle_deletes(id).map_err(|e| st.fail(e))?;
         st.table_info(&self.name)
+    }
+
+    /// The table's id and tree root.
+    pub(super) fn tree_of(&self, st: &WriteState) -> Result<(TableId, TreeRoot)> {
+        st.table_ref(&self.name)
     }
 
     /// For a table in direct mode (see `TableState::direct`): runs `f` on
@@ -491,7 +499,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         if let Some(old) = self.direct(&mut st, put, log) {
             return page_value(old?);
         }
-        let (id, root, _) = self.info(&st)?;
+        let (id, root) = self.tree_of(&st)?;
         let old = st.lookup(id, &root, &k)?;
         st.write(id, &k, Some(&v), &old)?;
         opt_value(old)
@@ -517,12 +525,29 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         if let Some(old) = self.direct(&mut st, del, log) {
             return page_value(old?);
         }
-        let (id, root, _) = self.info(&st)?;
+        let (id, root) = self.tree_of(&st)?;
         let old = st.lookup(id, &root, &k)?;
         if old.is_some() {
             st.write(id, &k, None, &old)?;
         }
         opt_value(old)
+    }
+
+    /// Removes `key` if present, without reading what it held: the
+    /// cheapest removal in a transaction that removes many keys (`remove`
+    /// descends the tree for every key to return its value). The table's
+    /// count is settled, one pass in key order over the removed keys, when
+    /// `len` asks or at commit; a transaction large enough to be applied
+    /// to the tree before commit removes them there in key order.
+    pub fn delete<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) -> Result<()>
+    where
+        K: 'k,
+    {
+        let k = encode_key::<K>(key.borrow());
+        let mut st = self.txn.state()?;
+        st.check_not_failed()?;
+        let (id, _) = self.tree_of(&st)?;
+        st.delete_blind(id, &k)
     }
 
     /// The value stored under `key` (including this transaction's writes).
@@ -532,7 +557,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     {
         let k = encode_key::<K>(key.borrow());
         let st = self.txn.state()?;
-        let (id, root, _) = self.info(&st)?;
+        let (id, root) = self.tree_of(&st)?;
         opt_value(st.lookup(id, &root, &k)?)
     }
 
@@ -542,7 +567,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         hi: Bound<&[u8]>,
     ) -> Result<Range<'_, K, V>> {
         let st = self.txn.state()?;
-        let (table, root, _) = self.info(&st)?;
+        let (table, root) = self.tree_of(&st)?;
         let window = Window::new(lo, hi);
         let tree = TreeWalk::new(&root, &window);
         Ok(Range {
@@ -589,7 +614,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     fn pop(&mut self, back: bool) -> Result<Option<Entry<K, V>>> {
         let mut st = self.txn.state()?;
         st.check_not_failed()?;
-        let (id, root, _) = self.info(&st)?;
+        let (id, root) = self.tree_of(&st)?;
         let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
         let mut tree = TreeWalk::new(&root, &window);
         let walks = (&mut tree, &mut BufferWalk::default());
@@ -613,8 +638,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// Number of entries (O(1)), this transaction's writes included.
     pub fn len(&self) -> Result<u64> {
-        let st = self.txn.state()?;
-        Ok(self.info(&st)?.2)
+        let mut st = self.txn.state()?;
+        Ok(self.settled_info(&mut st)?.2)
     }
 
     /// True if the table has no entries.

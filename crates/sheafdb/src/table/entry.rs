@@ -22,7 +22,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// writes.
     fn get_raw(&self, key: &[u8]) -> Result<Option<Held>> {
         let st = self.txn.state()?;
-        let (id, root, _) = self.info(&st)?;
+        let (id, root) = self.tree_of(&st)?;
         st.lookup(id, &root, key)
     }
 
@@ -34,7 +34,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         if let Some(v) = value {
             btree::check_limits(btree::store::PageRead::page_size(&st.pages), key, v)?;
         }
-        let (id, root, _) = self.info(&st)?;
+        let (id, root) = self.tree_of(&st)?;
         let old = st.lookup(id, &root, key)?;
         if value.is_some() || old.is_some() {
             st.write(id, key, value, &old)?;

@@ -86,7 +86,7 @@ where
         let table = &*self.table;
         let mut st = table.txn.state()?;
         st.check_not_failed()?;
-        let (id, root, _) = table.info(&st)?;
+        let (id, root) = table.tree_of(&st)?;
         // A fresh walk of the tree per call: a removal may have applied the
         // table's writes to its tree since the last one (a spill).
         let mut tree = TreeWalk::new(&root, &self.window);

@@ -149,8 +149,8 @@ impl<K: Key + 'static, V: Value + 'static> Table<'_, K, V> {
     /// What the table's pages hold (reads every page of its tree once;
     /// this transaction's pending writes count in `entries` only).
     pub fn stats(&self) -> Result<TableStats> {
-        let st = self.txn.state()?;
-        let (_, root, len) = self.info(&st)?;
+        let mut st = self.txn.state()?;
+        let (_, root, len) = self.settled_info(&mut st)?;
         let tree = btree::tree_stats(&st.pages, &root)?;
         let ps = btree::store::PageRead::page_size(&st.pages);
         Ok(TableStats::of(tree, len, ps))

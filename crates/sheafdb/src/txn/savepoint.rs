@@ -125,6 +125,7 @@ impl WriteState {
         self.catalog_changed = false;
         self.log = Some(CommitEncoder::new());
         self.log_counts.clear();
+        self.unsettled.clear();
         self.failed = None;
     }
 
@@ -155,20 +156,18 @@ impl WriteState {
             Op::Put { table, key, value } => {
                 let name = name_of(names, table)?;
                 self.load_table(&name)?;
-                let (id, root, _) = self.table_info(&name)?;
+                let (id, root) = self.table_ref(&name)?;
                 let old = self.lookup(id, &root, key)?;
                 self.write(id, key, Some(value), &old)
             }
             Op::Delete { table, key } => {
                 let name = name_of(names, table)?;
                 self.load_table(&name)?;
-                let (id, root, _) = self.table_info(&name)?;
+                let (id, root) = self.table_ref(&name)?;
+                // A blind removal (`Table::delete`) logs keys that may
+                // have been missing: replayed as a counted write of what
+                // the lookup finds (it logs the same operation again).
                 let old = self.lookup(id, &root, key)?;
-                if old.is_none() {
-                    return Err(replay_corrupt(format!(
-                        "removal of a missing key in {name:?}"
-                    )));
-                }
                 self.write(id, key, None, &old)
             }
             Op::CreateTable {

@@ -254,6 +254,39 @@ pub(crate) struct WriteState {
     /// states that are not a user's write transaction (folds, replay,
     /// compaction), which neither add nor trust.
     pub key_filter: Option<KeyFilterUse>,
+    /// Per table, keys `Table::delete` removed without looking them up
+    /// (recorded as removals of missing keys) until
+    /// [`WriteState::settle_deletes`] finds which existed.
+    pub unsettled: IdMap<TableId, KeyList>,
+}
+
+/// Keys in one allocation (a large removal lists hundreds of thousands).
+#[derive(Debug, Default)]
+pub(crate) struct KeyList {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl KeyList {
+    fn push(&mut self, key: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The keys in key order (duplicates kept: a key is listed once, as
+    /// a second removal finds the first in the write set).
+    fn sorted(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        let mut keys: Vec<&[u8]> = (self.ends.iter())
+            .map(|&end| {
+                let k = &self.bytes[start..end];
+                start = end;
+                k
+            })
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
 }
 
 /// A write transaction's use of its CF's key filters.
@@ -342,6 +375,7 @@ impl WriteState {
             keep_log: false,
             spill_bytes: SPILL_BYTES,
             key_filter: None,
+            unsettled: IdMap::default(),
         }
     }
 
@@ -384,6 +418,7 @@ impl WriteState {
         btree::remove(&mut self.pages, &mut self.catalog, name.as_bytes())?;
         self.tables.remove(name);
         self.writes.drop_table(meta.id);
+        self.unsettled.remove(&meta.id);
         self.catalog_changed = true;
         Ok(())
     }
@@ -448,14 +483,103 @@ impl WriteState {
     /// The finished WAL record (`None` if the transaction outgrew it): the
     /// logged operations, then each written table's count change, by table
     /// id so the bytes do not depend on hash order.
-    pub fn finish_log(&mut self) -> Option<Vec<u8>> {
-        let mut enc = self.log.take()?;
+    ///
+    /// Removals of keys not looked up (`Table::delete`) are settled first:
+    /// the record's counts are exact, as replay relies on them.
+    pub fn finish_log(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.log.is_none() {
+            return Ok(None);
+        }
+        self.settle_all_deletes()?;
+        let Some(mut enc) = self.log.take() else {
+            return Ok(None);
+        };
         let mut counts: Vec<(TableId, i64)> = self.log_counts.drain().collect();
         counts.sort_unstable();
         for (table, delta) in counts {
             enc.push_for(self.cf, &Op::CountChange { table, delta });
         }
-        Some(enc.finish())
+        Ok(Some(enc.finish()))
+    }
+
+    /// Removes `key` of table `id` without reading what it held
+    /// (`Table::delete`). A key this transaction wrote is removed as
+    /// `remove` would (its presence is known). Any other is logged and
+    /// recorded as the removal of a missing key, and listed as unsettled:
+    /// whether it existed below this transaction's writes is looked up
+    /// later, for all such keys at once in key order
+    /// ([`WriteState::settle_deletes`]: `len`, the commit's record, a
+    /// spill), so a large removal costs no random descent per key. A
+    /// table in direct mode removes from its tree now (the descent is
+    /// paid there anyway).
+    pub fn delete_blind(&mut self, id: TableId, key: &[u8]) -> Result<()> {
+        let table = self.tables.values_mut().find(|t| t.meta.id == id);
+        if let Some(t) = table.filter(|t| t.direct) {
+            let mut root = t.root();
+            let removed = btree::remove(&mut self.pages, &mut root, key);
+            t.set_root(root);
+            if removed.map_err(|e| self.fail(e))?.is_some() {
+                self.log_write(id, key, None, true);
+            }
+            return Ok(());
+        }
+        match self.writes.table(id).and_then(|w| w.get(key)) {
+            // Already removed by this transaction: nothing to do.
+            Some(None) => return Ok(()),
+            Some(Some(_)) => {
+                self.log_write(id, key, None, true);
+                self.writes.record(id, key, None, true);
+            }
+            None => {
+                self.log(&Op::Delete { table: id, key });
+                self.writes.record(id, key, None, false);
+                self.unsettled.entry(id).or_default().push(key);
+            }
+        }
+        self.spill_if_large(id)
+    }
+
+    /// Looks up, below this transaction's writes (its base's buffer, then
+    /// the table's tree), every key [`WriteState::delete_blind`] recorded
+    /// as missing, in key order so consecutive keys share their path
+    /// through the tree; each that existed lowers the table's count change
+    /// (and the record's) by one. Must run before anything reads the
+    /// count or changes what lies below the writes (a spill).
+    pub fn settle_deletes(&mut self, id: TableId) -> Result<()> {
+        let Some(keys) = self.unsettled.remove(&id) else {
+            return Ok(());
+        };
+        let root = (self.table_by_id(id))
+            .ok_or_else(|| {
+                Error::corrupted(
+                    format!("removals from table {id}, which has no state"),
+                    "table catalog",
+                )
+            })?
+            .root();
+        let mut existed = 0i64;
+        for key in keys.sorted() {
+            let below = self.buffer_at().and_then(|(b, at)| b.get(id, key, at));
+            let present = match below {
+                Some(slot) => slot.is_some(),
+                None => !self.tree_lacks(id, key) && btree::get(&self.pages, &root, key)?.is_some(),
+            };
+            existed += i64::from(present);
+        }
+        self.writes.adjust_delta(id, -existed);
+        if self.log.is_some() {
+            *self.log_counts.entry(id).or_default() -= existed;
+        }
+        Ok(())
+    }
+
+    /// [`WriteState::settle_deletes`] for every table.
+    pub fn settle_all_deletes(&mut self) -> Result<()> {
+        let ids: Vec<TableId> = self.unsettled.keys().copied().collect();
+        for id in ids {
+            self.settle_deletes(id)?;
+        }
+        Ok(())
     }
 
     /// Logs that `key` of table `id` becomes `value` (`None`: removed;
@@ -806,6 +930,9 @@ impl WriteState {
     /// On an error the state is inconsistent: the caller fails the
     /// transaction.
     pub fn apply_table_writes(&mut self, id: TableId) -> Result<()> {
+        // Before the tree (and the buffer below it) change: the unsettled
+        // removals are looked up against what lay below them.
+        self.settle_deletes(id)?;
         self.fold_base()?;
         let Some(writes) = self.writes.take_table(id) else {
             return Ok(());
@@ -839,12 +966,18 @@ impl WriteState {
 
     /// Table `name`'s id, tree root and entry count (pending writes
     /// included). `TableNotFound` unless it is loaded.
+    /// Unsettled removals ([`WriteState::delete_blind`]) must be settled
+    /// first.
     pub fn table_info(&self, name: &str) -> Result<(TableId, TreeRoot, u64)> {
         let t = self
             .tables
             .get(name)
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         let id = t.meta.id;
+        debug_assert!(
+            !self.unsettled.contains_key(&id),
+            "table {name:?}: a count asked for before its removals were settled"
+        );
         let delta = self.writes.table(id).map_or(Some(0), |w| w.delta());
         let delta = delta.expect("a transaction's own writes are never blind");
         let len = self
@@ -857,6 +990,15 @@ impl WriteState {
                 )
             })?;
         Ok((id, t.root(), len))
+    }
+
+    /// Table `name`'s id and tree root. `TableNotFound` unless it is loaded.
+    pub fn table_ref(&self, name: &str) -> Result<(TableId, TreeRoot)> {
+        let t = self
+            .tables
+            .get(name)
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        Ok((t.meta.id, t.root()))
     }
 
     /// What the merged view (pending writes over the base's buffer over
@@ -916,8 +1058,14 @@ impl WriteState {
         }
         self.writes
             .record(id, key, value.map(Arc::from), old.is_some());
-        // A table whose tree is empty keeps every write pending: applied
-        // once, in key order, at commit, they fill its pages (a bulk load).
+        self.spill_if_large(id)
+    }
+
+    /// Applies table `id`'s pending writes to its tree and switches it to
+    /// direct mode once they outgrow `spill_bytes`. A table whose tree is
+    /// empty keeps every write pending: applied once, in key order, at
+    /// commit, they fill its pages (a bulk load).
+    fn spill_if_large(&mut self, id: TableId) -> Result<()> {
         let has_pages = self.table_by_id(id).is_some_and(|t| t.meta.root.is_some());
         if has_pages
             && self
