@@ -520,3 +520,38 @@ fn deletes_without_lookups_settle_exact_counts_on_every_commit_path() -> Result<
     }
     Ok(())
 }
+
+/// Review finding: `delete` of a key longer than any stored key logged a
+/// removal, and WAL replay (which checks every key's length) then called
+/// the committed record corrupt: the database no longer opened after a
+/// crash. Such a key cannot be present; `delete` now logs nothing for it,
+/// as `remove` finds nothing.
+#[test]
+fn a_delete_of_an_oversized_key_survives_a_crash() -> Result<()> {
+    use sheafdb::storage::sim::SimVfs;
+    let vfs = SimVfs::new();
+    let builder = || common::builder().background_checkpoints(false);
+    let db = builder().create_with_vfs(Arc::new(vfs.clone()), "d.sheaf")?;
+    let tx = db.begin_write()?;
+    tx.open_table(def("t"))?
+        .insert(b"a".as_slice(), b"1".as_slice())?;
+    tx.commit()?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(def("t"))?;
+        // (Both in a record that fits the WAL: a direct commit logs none.)
+        for len in [3000usize, 20_000] {
+            t.delete(vec![b'x'; len].as_slice())?;
+        }
+        t.delete(b"a".as_slice())?;
+        assert_eq!(t.len()?, 0);
+    }
+    tx.commit()?;
+    let crashed = vfs.process_crash();
+    drop(db);
+    let db = builder().open_with_vfs(Arc::new(crashed), "d.sheaf")?;
+    let want: Model = [("t".to_string(), BTreeMap::new())].into();
+    assert_eq!(dump(&db)?, want);
+    db.check_integrity()?;
+    Ok(())
+}
