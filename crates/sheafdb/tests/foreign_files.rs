@@ -724,3 +724,42 @@ fn a_version_2_file_opens_and_is_upgraded() {
     delete_wal(&image);
     assert!(matches!(open(&image).map(drop), Err(Error::WalMismatch(_))));
 }
+
+/// Rule O13's cost at a full disk: a read-write open of a cleanly closed
+/// database makes a WAL file and writes a superblock, so on a full disk
+/// it fails (`Io`) where it used to open; a read-only open still works,
+/// and whichever of the open's operations failed, the next open finds the
+/// database whole.
+#[test]
+fn a_clean_open_on_a_full_disk_fails_and_leaves_the_database_whole() {
+    let clean = || {
+        let vfs = SimVfs::new();
+        let db = create(&vfs).unwrap();
+        put(&db, 0, 20);
+        db.close().unwrap();
+        delete_wal(&vfs);
+        vfs
+    };
+    let vfs = clean();
+    let before = vfs.op_count();
+    drop(open(&vfs).unwrap());
+    let ops = vfs.op_count() - before;
+    for n in 1..=ops {
+        let vfs = clean();
+        vfs.fail_from(n, Fault::NoSpace);
+        let r = open(&vfs).map(drop);
+        vfs.clear_faults();
+        if let Err(e) = &r {
+            assert!(matches!(e, Error::Io(_)), "op {n}/{ops}: {e}");
+        }
+        let ro = builder()
+            .read_only(true)
+            .open_with_vfs(Arc::new(vfs.clone()), NAME)
+            .unwrap();
+        assert_eq!(count(&ro), 20, "op {n}");
+        drop(ro);
+        let db = open(&vfs).unwrap_or_else(|e| panic!("op {n}/{ops}: reopen: {e}"));
+        assert_eq!(count(&db), 20, "op {n}");
+        db.check_integrity().unwrap();
+    }
+}
