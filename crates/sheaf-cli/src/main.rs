@@ -112,6 +112,14 @@ enum Command {
         /// The database file.
         file: PathBuf,
     },
+    /// Open a database whose WAL is missing (deleted, or the data file
+    /// copied without it: every open refuses it) as of its last
+    /// checkpoint; the commits after it, which only the WAL held, are
+    /// given up for good. Put the WAL files back instead if you have them.
+    AcceptMissingWal {
+        /// The database file.
+        file: PathBuf,
+    },
     /// Copy the database, consistently, to a new file while it stays in
     /// use.
     Backup {
@@ -207,11 +215,15 @@ fn open_failure(path: &Path, e: Error) -> Failure {
         e => {
             // A WAL damaged in its middle: name the command that salvages it.
             let salvageable = e.is_salvageable_wal_damage();
+            let missing_wal = e.is_missing_wal();
             let e = match e {
                 Error::Corrupted { what, location } if salvageable => {
                     let what = format!("{what}; `sheaf salvage-wal {shown}` does that");
                     Error::Corrupted { what, location }
                 }
+                Error::WalMismatch(what) if missing_wal => Error::WalMismatch(format!(
+                    "{what}; `sheaf accept-missing-wal {shown}` does that"
+                )),
                 e => e,
             };
             Failure::db(format!("cannot open {shown}"), e)
@@ -238,6 +250,16 @@ pub fn open_salvaging(path: &Path) -> CliResult<Database> {
     check_file(path)?;
     Database::builder()
         .salvage_damaged_wal(true)
+        .open(path)
+        .map_err(|e| open_failure(path, e))
+}
+
+/// Opens an existing database for writing as of its last checkpoint when
+/// its WAL is missing (`Builder::accept_missing_wal`).
+pub fn open_accepting_missing_wal(path: &Path) -> CliResult<Database> {
+    check_file(path)?;
+    Database::builder()
+        .accept_missing_wal(true)
         .open(path)
         .map_err(|e| open_failure(path, e))
 }
@@ -311,6 +333,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Compact { file } => maintenance::compact(&file),
         Command::Backup { file, dest } => maintenance::backup(&file, &dest),
         Command::SalvageWal { file } => maintenance::salvage_wal(&file),
+        Command::AcceptMissingWal { file } => maintenance::accept_missing_wal(&file),
     }
 }
 

@@ -12,7 +12,9 @@ use std::path::Path;
 use sheafdb::{Database, Error};
 
 use crate::info::thousands;
-use crate::{open_read_only, open_read_write, open_salvaging, CliResult, Failure};
+use crate::{
+    open_accepting_missing_wal, open_read_only, open_read_write, open_salvaging, CliResult, Failure,
+};
 
 /// The failure of an operation this version of sheafdb lacks.
 fn unsupported(what: &str) -> Failure {
@@ -97,6 +99,38 @@ pub fn backup(path: &Path, dest: &Path) -> CliResult {
         dest.display(),
         thousands(entries),
         thousands(bytes)
+    );
+    crate::dump::write_all(line.as_bytes())
+}
+
+/// `accept-missing-wal`: one read-write open as of the last checkpoint of
+/// a database whose WAL is missing (the open makes a new WAL and marks the
+/// base as needing it again), then a close.
+pub fn accept_missing_wal(path: &Path) -> CliResult {
+    let shown = path.display();
+    // Only a database refused for its missing WAL is opened this way: any
+    // other refusal is reported as every command reports it.
+    match Database::open_read_only(path) {
+        Ok(db) => {
+            drop(db);
+            let line = format!("{shown}: its WAL is not missing; nothing was changed\n");
+            return crate::dump::write_all(line.as_bytes());
+        }
+        Err(e) if e.is_missing_wal() => {}
+        Err(_) => {
+            open_read_only(path)?;
+        }
+    }
+    let db = open_accepting_missing_wal(path)?;
+    let generation = db
+        .file_info()
+        .map_err(|e| Failure::db(format!("reading {shown}"), e))?
+        .generation;
+    db.close()
+        .map_err(|e| Failure::db(format!("closing {shown}"), e))?;
+    let line = format!(
+        "{shown}: opened as of its last checkpoint (now generation {generation}); the \
+         commits after it, which only the missing WAL held, are gone\n"
     );
     crate::dump::write_all(line.as_bytes())
 }

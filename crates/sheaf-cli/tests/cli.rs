@@ -393,7 +393,7 @@ fn a_crashed_database_without_its_wal_gives_exit_2() {
     }
     let before = files(dir.path());
     for cmd in ["info", "check"] {
-        let err = fails(sheaf().arg(cmd).arg(&path), 2, "accept_missing_wal");
+        let err = fails(sheaf().arg(cmd).arg(&path), 2, "sheaf accept-missing-wal");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
     assert_eq!(
@@ -401,6 +401,20 @@ fn a_crashed_database_without_its_wal_gives_exit_2() {
         before,
         "a refused command changed the files"
     );
+    // Asked for: opened as of the last checkpoint (before the five
+    // commits: no table yet), and every command opens it from then on.
+    let out = stdout_of(sheaf().arg("accept-missing-wal").arg(&path));
+    assert!(out.contains("are gone"), "{out}");
+    let check = stdout_of(sheaf().arg("check").arg(&path));
+    assert!(check.contains(": ok: "), "{check}");
+    let info = stdout_of(sheaf().arg("info").arg(&path));
+    assert!(
+        info.contains("WAL needed      no"),
+        "closed cleanly: {info}"
+    );
+    // Run again: nothing is missing, nothing changes.
+    let again = stdout_of(sheaf().arg("accept-missing-wal").arg(&path));
+    assert!(again.contains("not missing"), "{again}");
 }
 
 /// Runs `crash_child` on `path`: five durable commits, then an abort.

@@ -17,6 +17,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub(crate) const WAL_SALVAGE_HINT: &str =
     "(the `salvage_damaged_wal` option opens the log up to the damage, losing them)";
 
+/// How the message of an open refused for a missing WAL ends
+/// ([`Error::is_missing_wal`]).
+pub(crate) const WAL_MISSING_HINT: &str =
+    "(Builder::accept_missing_wal(true) opens the database as of that checkpoint)";
+
 /// Where a corruption was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
@@ -213,6 +218,15 @@ impl Error {
     /// `sheaf salvage-wal` when it holds).
     pub fn is_salvageable_wal_damage(&self) -> bool {
         matches!(self, Error::Corrupted { what, .. } if what.ends_with(WAL_SALVAGE_HINT))
+    }
+
+    /// True for an open refused because the data file's last checkpoint
+    /// requires a WAL and none is beside it (rule O13), which
+    /// [`crate::Builder::accept_missing_wal`] would open as of that
+    /// checkpoint. Tools test this rather than the message's wording (the
+    /// CLI points to `sheaf accept-missing-wal` when it holds).
+    pub fn is_missing_wal(&self) -> bool {
+        matches!(self, Error::WalMismatch(what) if what.ends_with(WAL_MISSING_HINT))
     }
 
     /// The error to hand the other waiters of a failure: the same error

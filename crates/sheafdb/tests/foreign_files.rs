@@ -143,6 +143,7 @@ fn a_stale_data_file_beside_a_newer_wal_is_refused() {
     let err = open(&image).unwrap_err();
     assert!(matches!(err, Error::WalMismatch(_)), "{err}");
     assert!(err.to_string().contains("older than its WAL"), "{err}");
+    assert!(!err.is_missing_wal(), "{err}");
     assert_eq!(files_of(&image), before);
 }
 
@@ -494,6 +495,7 @@ fn a_wal_deleted_after_a_crash_is_refused_and_nothing_changes() {
     let err = open(&image).map(drop).unwrap_err();
     assert!(matches!(err, Error::WalMismatch(_)), "{err}");
     assert!(err.to_string().contains("accept_missing_wal"), "{err}");
+    assert!(err.is_missing_wal(), "{err}");
     let ro = builder()
         .read_only(true)
         .open_with_vfs(Arc::new(image.clone()), NAME);

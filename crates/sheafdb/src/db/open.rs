@@ -16,7 +16,7 @@ use super::recover::Replayer;
 use super::registry::CfRegistry;
 use super::{Builder, Database, DbShared, Threads, WalDamage, SYS_EXTENT_POLICY};
 use crate::btree::{self, TreeRoot};
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Location, Result, WAL_MISSING_HINT};
 use crate::format::page::{PageBytes as _, PageType, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::records::{decode_cf_key, CfDescriptor, MetaBlob};
 use crate::format::superblock::{
@@ -215,8 +215,7 @@ fn refuse_missing_wal(shared: &DbShared, name: &str, wal: &wal::Wal) -> Result<(
         "{name} was last checkpointed while its WAL held or could hold newer commits, \
          and no WAL file ({name}-wal.*) is beside it: they were deleted, or the data \
          file was copied without them, and the commits since that checkpoint are \
-         missing. Put the WAL files back, or open with Builder::accept_missing_wal(true) \
-         to open the database as of its last checkpoint"
+         missing; nothing was changed. Put the WAL files back {WAL_MISSING_HINT}"
     )))
 }
 
