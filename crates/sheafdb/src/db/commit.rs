@@ -378,13 +378,7 @@ impl DbShared {
             outcome.next,
         ));
         st.base = head;
-        let payload = match st.finish_log() {
-            Ok(p) => p,
-            Err(e) => {
-                st.pages.rollback();
-                return Err(e);
-            }
-        };
+        let payload = st.finish_log().inspect_err(|_| st.pages.rollback())?;
         let logged = (payload.as_ref())
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         if !last && !logged {

@@ -620,13 +620,7 @@ impl DbShared {
             return Ok(0);
         }
         // The data did not change: the record carries no operation.
-        let payload = match st.finish_log() {
-            Ok(p) => p,
-            Err(e) => {
-                st.pages.rollback();
-                return Err(e);
-            }
-        };
+        let payload = st.finish_log().inspect_err(|_| st.pages.rollback())?;
         let r = self.commit(cf, &mut st, lock, Durability::None, payload);
         if r.is_err() {
             st.pages.rollback();

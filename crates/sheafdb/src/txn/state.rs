@@ -567,12 +567,7 @@ impl WriteState {
             .root();
         let mut existed = 0i64;
         for key in keys.sorted() {
-            let below = self.buffer_at().and_then(|(b, at)| b.get(id, key, at));
-            let present = match below {
-                Some(slot) => slot.is_some(),
-                None => !self.tree_lacks(id, key) && btree::get(&self.pages, &root, key)?.is_some(),
-            };
-            existed += i64::from(present);
+            existed += i64::from(self.lookup_below(id, &root, key)?.is_some());
         }
         self.writes.adjust_delta(id, -existed);
         if self.log.is_some() {
@@ -583,6 +578,10 @@ impl WriteState {
 
     /// [`WriteState::settle_deletes`] for every table.
     pub fn settle_all_deletes(&mut self) -> Result<()> {
+        if self.unsettled.is_empty() {
+            // Every commit comes here: no allocation when nothing waits.
+            return Ok(());
+        }
         let ids: Vec<TableId> = self.unsettled.keys().copied().collect();
         for id in ids {
             self.settle_deletes(id)?;
@@ -1013,9 +1012,16 @@ impl WriteState {
     /// the tree `root`) of table `id` holds at `key`.
     pub fn lookup(&self, id: TableId, root: &TreeRoot, key: &[u8]) -> Result<Option<Held>> {
         let own = self.writes.table(id).and_then(|w| w.get(key));
-        let buffered = || self.buffer_at().and_then(|(buf, at)| buf.get(id, key, at));
-        let mut pending = std::iter::once(own).chain(std::iter::once_with(buffered));
-        merge::get(&mut pending, || {
+        merge::get(&mut std::iter::once(own), || {
+            self.lookup_below(id, root, key)
+        })
+    }
+
+    /// What lies below this transaction's writes at `key` of table `id`:
+    /// the base's buffer (at the base version) over the tree `root`.
+    fn lookup_below(&self, id: TableId, root: &TreeRoot, key: &[u8]) -> Result<Option<Held>> {
+        let buffered = self.buffer_at().and_then(|(buf, at)| buf.get(id, key, at));
+        merge::get(&mut std::iter::once(buffered), || {
             if self.tree_lacks(id, key) {
                 return Ok(None);
             }
