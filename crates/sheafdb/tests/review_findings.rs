@@ -92,7 +92,7 @@ impl Hook for Gate {
         let op = match op {
             FileOp::Read => GateOp::Read,
             FileOp::Sync => GateOp::Sync,
-            FileOp::Write | FileOp::SetLen | FileOp::Len => return Ok(()),
+            FileOp::Write | FileOp::SetLen | FileOp::Len | FileOp::PunchHole => return Ok(()),
         };
         self.check(op, is_wal_file(name));
         Ok(())

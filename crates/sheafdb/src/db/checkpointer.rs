@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::btree::TreeRoot;
 use crate::lock_rank::{ranks, RankedMutex};
-use crate::pager::alloc::CfAllocator;
+use crate::pager::alloc::{CfAllocator, ReleaseWatch};
 use crate::txn::CfShared;
 use crate::types::{CfId, Lsn, PageId};
 
@@ -97,8 +97,74 @@ impl Triggers {
 struct SignalState {
     /// Run a checkpoint soon (a trigger fired).
     requested: bool,
+    /// Give the blocks of free runs back (snapshots released many pages).
+    punch: bool,
     /// Exit (the database is closing).
     shutdown: bool,
+}
+
+/// What woke the background checkpointer.
+#[derive(Debug, Clone, Copy, Default)]
+struct Wake {
+    /// A checkpoint was requested.
+    requested: bool,
+    /// Snapshots released [`PUNCH_AFTER_RELEASED_BYTES`] or more since the
+    /// last hole punch.
+    punch: bool,
+}
+
+/// Pages released by dropped snapshots past which the checkpointer is
+/// woken to punch holes at once (design.md "Holes"); below it the next
+/// checkpoint does. A reader that held a snapshot across a large rewrite
+/// gives the old pages' disk space back when it ends, not 30 s later.
+pub(crate) const PUNCH_AFTER_RELEASED_BYTES: u64 = 8 << 20;
+
+/// The checkpointer's wake-up: its signal, and the count of pages
+/// snapshots released since the last hole punch (every CF allocator's
+/// release sink tells it, see [`ReleaseWatch`]).
+#[derive(Debug)]
+pub(crate) struct Wakeup {
+    signal: Mutex<SignalState>,
+    wake: Condvar,
+    /// Set by a request until the checkpointer takes it, so a trigger
+    /// that stays fired (a full buffer) costs later commits one atomic
+    /// load, not a lock and a wake-up each.
+    pending: std::sync::atomic::AtomicBool,
+    /// Pages released since the last punch pass began.
+    released: AtomicU64,
+    /// [`PUNCH_AFTER_RELEASED_BYTES`] in pages.
+    punch_after: u64,
+}
+
+impl Wakeup {
+    fn new(page_size: u64) -> Wakeup {
+        Wakeup {
+            signal: Mutex::new(SignalState::default()),
+            wake: Condvar::new(),
+            pending: std::sync::atomic::AtomicBool::new(false),
+            released: AtomicU64::new(0),
+            punch_after: (PUNCH_AFTER_RELEASED_BYTES / page_size).max(1),
+        }
+    }
+
+    /// A punch pass begins: releases from now on count toward the next.
+    pub fn punch_begins(&self) {
+        self.released.store(0, Ordering::Relaxed);
+    }
+}
+
+impl ReleaseWatch for Wakeup {
+    /// Wakes the checkpointer once per [`PUNCH_AFTER_RELEASED_BYTES`]
+    /// released (the crossing release takes the signal's lock; the
+    /// others cost one atomic add).
+    fn released(&self, pages: u64) {
+        let before = self.released.fetch_add(pages, Ordering::Relaxed);
+        if before < self.punch_after && before + pages >= self.punch_after {
+            let mut st = self.signal.lock();
+            st.punch = true;
+            self.wake.notify_all();
+        }
+    }
 }
 
 /// The checkpointer's state in one open database.
@@ -118,13 +184,13 @@ pub(crate) struct CheckpointState {
     /// be longer than it needs to be (`DbShared::truncate_file`; a crash
     /// between a cut's checkpoint and its truncation leaves it so).
     pub truncation_owed: std::sync::atomic::AtomicBool,
+    /// Set for good when the storage said it cannot punch holes
+    /// (`DbShared::punch_free_runs` stops trying).
+    pub punch_unsupported: std::sync::atomic::AtomicBool,
     triggers: Triggers,
-    signal: Mutex<SignalState>,
-    wake: Condvar,
-    /// Set by a request until the checkpointer takes it, so a trigger
-    /// that stays fired (a full buffer) costs later commits one atomic
-    /// load, not a lock and a wake-up each.
-    pending: std::sync::atomic::AtomicBool,
+    /// Wakes the background checkpointer; every CF allocator's release
+    /// sink reports to it.
+    pub wakeup: Arc<Wakeup>,
 }
 
 impl CheckpointState {
@@ -137,10 +203,9 @@ impl CheckpointState {
             last_lsn: AtomicU64::new(0),
             relocate_below: AtomicU64::new(0),
             truncation_owed: std::sync::atomic::AtomicBool::new(true),
+            punch_unsupported: std::sync::atomic::AtomicBool::new(false),
+            wakeup: Arc::new(Wakeup::new(triggers.page_size)),
             triggers,
-            signal: Mutex::new(SignalState::default()),
-            wake: Condvar::new(),
-            pending: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -157,19 +222,21 @@ impl CheckpointState {
     /// Asks the background checkpointer to run soon (once per run: later
     /// requests before it starts are free).
     pub fn request(&self) {
-        if self.pending.swap(true, Ordering::AcqRel) {
+        let w = &self.wakeup;
+        if w.pending.swap(true, Ordering::AcqRel) {
             return;
         }
-        let mut st = self.signal.lock();
+        let mut st = w.signal.lock();
         st.requested = true;
-        self.wake.notify_all();
+        w.wake.notify_all();
     }
 
     /// Tells the background checkpointer to exit.
     pub fn shutdown(&self) {
-        let mut st = self.signal.lock();
+        let w = &self.wakeup;
+        let mut st = w.signal.lock();
         st.shutdown = true;
-        self.wake.notify_all();
+        w.wake.notify_all();
     }
 
     /// After a commit whose record ended at `end`: wake the checkpointer if
@@ -189,17 +256,21 @@ impl CheckpointState {
     }
 
     /// Waits up to `interval` for a request; `None` on shutdown, else
-    /// whether a checkpoint was requested.
-    fn wait_request(&self, interval: Duration) -> Option<bool> {
-        let mut st = self.signal.lock();
-        if !st.requested && !st.shutdown {
-            self.wake.wait_for(&mut st, interval);
+    /// what was asked.
+    fn wait_request(&self, interval: Duration) -> Option<Wake> {
+        let w = &self.wakeup;
+        let mut st = w.signal.lock();
+        if !st.requested && !st.punch && !st.shutdown {
+            w.wake.wait_for(&mut st, interval);
         }
         if st.shutdown {
             return None;
         }
-        self.pending.store(false, Ordering::Release);
-        Some(std::mem::take(&mut st.requested))
+        w.pending.store(false, Ordering::Release);
+        Some(Wake {
+            requested: std::mem::take(&mut st.requested),
+            punch: std::mem::take(&mut st.punch),
+        })
     }
 }
 
@@ -280,13 +351,17 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
             true => interval,
             false => DEFERRED_POLL.min(interval),
         };
-        let Some(requested) = shared.ckpt.wait_request(poll) else {
+        let Some(wake) = shared.ckpt.wait_request(poll) else {
             return;
         };
         if shared.health.check_writable().is_err() {
             deferred = DeferredFolds::default();
             continue;
         }
+        if wake.punch {
+            shared.punch_free_runs();
+        }
+        let requested = wake.requested;
         let timer_due = last_run.elapsed() >= interval;
         let timer_work = timer_due
             && (shared.ckpt.dirty_pages.load(Ordering::Relaxed) > 0 || shared.budget.used() > 0);
@@ -319,9 +394,11 @@ pub(crate) fn checkpointer_loop(weak: Weak<DbShared>) {
         } else {
             if timer_due {
                 // Nothing committed for a whole interval: the log gives
-                // back its free files, and its open one once released.
+                // back its free files, and its open one once released;
+                // the data file the blocks of its long free runs.
                 last_run = Instant::now();
                 shared.give_back_wal(0);
+                shared.punch_free_runs();
             }
             continue;
         };

@@ -25,6 +25,17 @@ use crate::error::{Error, Result};
 use crate::txn::{CfShared, Durability, WriteState};
 use crate::types::PageId;
 
+/// Free bytes not yet given back below which no hole is punched (nor
+/// below an eighth of the file, [`DbShared::punch_free_runs`]): a file's
+/// steady churn of pages freed and reused within a checkpoint or two is
+/// left alone; a large removal, or a rewrite an old snapshot held, is
+/// given back.
+pub(crate) const PUNCH_MIN_BYTES: u64 = 1 << 20;
+
+/// Holes punched per hold of an allocator's lock (a writer that needs a
+/// page waits at most this many `fallocate` calls).
+const PUNCH_CHUNK: usize = 64;
+
 /// Smallest free run compaction moves from a CF to the shared pool (so
 /// extents do not splinter into single pages).
 const POOL_MIN_PAGES: u64 = 8;
@@ -212,7 +223,8 @@ impl DbShared {
 
     /// After a checkpoint: cuts the file if its free tail is at least an
     /// eighth of it and 1 MiB (so it does not flap between cuts and
-    /// regrowth by an extent).
+    /// regrowth by an extent), then punches holes where long runs inside
+    /// it are free.
     pub(crate) fn shrink_if_worth_it(self: &Arc<Self>) -> Result<()> {
         if self.health.is_read_only() {
             return Ok(());
@@ -220,7 +232,72 @@ impl DbShared {
         let ps = self.space.pager.page_size() as u64;
         let file = self.space.extents.lock().file_pages();
         let min_pages = (file / 8).max((1 << 20) / ps);
-        self.shrink_file(min_pages).map(drop)
+        self.shrink_file(min_pages)?;
+        self.punch_free_runs();
+        Ok(())
+    }
+
+    /// Gives the file system back the blocks of the free pages inside the
+    /// file, once those not yet given back are an eighth of it and at
+    /// least [`PUNCH_MIN_BYTES`] (design.md "Holes"). A free page may be
+    /// written at once (that is what free means: no durable base, snapshot
+    /// or transaction reads it), so it may be zeroed too: each run is
+    /// punched while its allocator's lock is held and is checked free
+    /// again under it, so no transaction takes and writes it meanwhile.
+    /// The lock is let go every [`PUNCH_CHUNK`] runs. Returns the pages
+    /// punched.
+    ///
+    /// Never fails: a hole that could not be punched leaves free pages
+    /// as they were, which no one reads. Storage that cannot punch holes
+    /// is not asked again; any other error ends this pass (a failing
+    /// device shows itself to the next write or sync, which poisons).
+    pub(crate) fn punch_free_runs(&self) -> u64 {
+        let off = !self.options.punch_holes
+            || self.ckpt.punch_unsupported.load(Ordering::Relaxed)
+            || self.health.check_writable().is_err();
+        if off {
+            return 0;
+        }
+        self.ckpt.wakeup.punch_begins();
+        let ps = self.space.pager.page_size() as u64;
+        let mut allocs: Vec<_> = (self.registry.cfs.read().values())
+            .map(|c| c.alloc.clone())
+            .collect();
+        allocs.push(self.ckpt.sys.lock().alloc.clone());
+        let unpunched: u64 = allocs.iter().map(|a| a.lock().unpunched_pages()).sum();
+        let after = match self.options.punch_after_bytes {
+            Some(bytes) => bytes / ps,
+            None => (self.space.extents.lock().file_pages() / 8).max(PUNCH_MIN_BYTES / ps),
+        };
+        if unpunched < after.max(1) {
+            return 0;
+        }
+        let storage = self.space.pager.storage();
+        let mut punched = 0;
+        for alloc in allocs {
+            let runs = alloc.lock().runs_to_punch();
+            for chunk in runs.chunks(PUNCH_CHUNK) {
+                let mut a = alloc.lock();
+                for &run in chunk {
+                    if !a.is_free(run) {
+                        continue;
+                    }
+                    match storage.punch_hole(run.start.0 * ps, run.pages * ps) {
+                        Ok(()) => {
+                            a.mark_punched(run);
+                            punched += run.pages;
+                        }
+                        Err(e) => {
+                            if e.kind() == std::io::ErrorKind::Unsupported {
+                                self.ckpt.punch_unsupported.store(true, Ordering::Relaxed);
+                            }
+                            return punched;
+                        }
+                    }
+                }
+            }
+        }
+        punched
     }
 }
 

@@ -113,6 +113,12 @@ pub(crate) struct Options {
     /// Open a database whose base requires a WAL that is missing, as of
     /// that base (`Builder::accept_missing_wal`).
     pub accept_missing_wal: bool,
+    /// Give the file blocks of long free runs back after checkpoints
+    /// (`Builder::punch_holes`).
+    pub punch_holes: bool,
+    /// Free bytes not yet given back past which a punch pass punches
+    /// (`None`: an eighth of the file and at least 1 MiB).
+    pub punch_after_bytes: Option<u64>,
     /// Bytes the key filters of every CF may take (0: none;
     /// `Builder::key_filter_memory`).
     pub key_filter_memory: u64,
@@ -142,6 +148,8 @@ impl Default for Options {
             fold_patience: Duration::from_secs(3),
             salvage_damaged_wal: false,
             accept_missing_wal: false,
+            punch_holes: true,
+            punch_after_bytes: None,
             key_filter_memory: 64 << 20,
             key_filter_min_keys: crate::txn::key_filter::MIN_CAPACITY,
         }
@@ -423,6 +431,16 @@ impl Builder {
         self
     }
 
+    /// Free bytes not yet given back to the file system past which a
+    /// checkpoint punches holes (`punch_holes`); by default an eighth of
+    /// the file and at least 1 MiB. Tests set it to a page, so every
+    /// checkpoint punches whatever became free.
+    #[doc(hidden)]
+    pub fn punch_after_bytes(mut self, bytes: u64) -> Self {
+        self.options.punch_after_bytes = Some(bytes);
+        self
+    }
+
     /// Bytes the key filters of all column families may take (design.md
     /// "Key filter"; default 64 MiB; 0: none). A CF's filter is a chain
     /// of Bloom filters over its trees' keys (2.5–5 bytes per key once
@@ -598,6 +616,21 @@ impl Builder {
     /// file and opens either way.
     pub fn accept_missing_wal(mut self, on: bool) -> Self {
         self.options.accept_missing_wal = on;
+        self
+    }
+
+    /// Whether checkpoints give the file system back the blocks of long
+    /// runs of free pages inside the data file (holes punched with
+    /// `fallocate(PUNCH_HOLE)`; default `true`). Removed data then stops
+    /// occupying disk space at the first checkpoint after its pages are
+    /// free, without a compaction: the file keeps its length (`ls`), its
+    /// allocated size (`du`) drops. Runs of at least 1 MiB are punched,
+    /// once each, so a file's steady churn of single pages is left alone.
+    /// Where the file system cannot punch holes (or off Linux) nothing is
+    /// given back and nothing fails. Compaction still moves pages and
+    /// shortens the file.
+    pub fn punch_holes(mut self, on: bool) -> Self {
+        self.options.punch_holes = on;
         self
     }
 

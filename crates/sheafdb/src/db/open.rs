@@ -422,6 +422,7 @@ pub(super) fn new_cf(
 ) -> CfShared {
     alloc.set_base_version(desc.version);
     alloc.set_dirty_counter(shared.ckpt.dirty_pages.clone());
+    alloc.set_release_watch(shared.ckpt.wakeup.clone());
     let batch = ReclaimBatch::new(alloc.released_sink());
     let catalog = TreeRoot {
         root: desc.catalog_root,

@@ -304,7 +304,39 @@ impl ExtentMap {
 
 /// Pages that waited on snapshots and may now be reused; filled by
 /// [`ReclaimBatch`] drops on any thread, drained by the allocator.
-pub type ReleasedPages = Arc<Mutex<Vec<(PageId, u32)>>>;
+pub type ReleasedPages = Arc<ReleaseSink>;
+
+/// Told how many pages each dropped snapshot released (the database
+/// wakes its checkpointer to give their file blocks back once enough
+/// have; design.md "Holes").
+pub trait ReleaseWatch: Send + Sync + std::fmt::Debug {
+    /// `pages` were just released into a sink. Called on the releasing
+    /// thread with no lock held; must be cheap and must not block.
+    fn released(&self, pages: u64);
+}
+
+/// Where an allocator's reclaim batches release their runs.
+#[derive(Debug, Default)]
+pub struct ReleaseSink {
+    runs: Mutex<Vec<(PageId, u32)>>,
+    watch: std::sync::OnceLock<Arc<dyn ReleaseWatch>>,
+}
+
+impl ReleaseSink {
+    /// Adds released runs, then tells the watch (if one is set).
+    fn push(&self, runs: Vec<(PageId, u32)>) {
+        let pages = runs.iter().map(|&(_, n)| n as u64).sum();
+        self.runs.lock().extend(runs);
+        if let Some(w) = self.watch.get() {
+            w.released(pages);
+        }
+    }
+
+    /// Takes every run released so far.
+    fn take(&self) -> Vec<(PageId, u32)> {
+        std::mem::take(&mut *self.runs.lock())
+    }
+}
 
 /// Pages freed by the commit after version v; dropped (and its pages
 /// released) once no snapshot of a version ≤ v exists.
@@ -346,7 +378,7 @@ impl ReclaimBatch {
     fn release(&self) {
         let pages = std::mem::take(&mut *self.pages.lock());
         if !pages.is_empty() {
-            self.sink.lock().extend(pages);
+            self.sink.push(pages);
         }
     }
 }
@@ -423,6 +455,10 @@ pub struct CfAllocator {
     /// Set by [`CfAllocator::discard_all`] (a dropped CF's pages went
     /// back): released runs still in the sink are nobody's.
     discarded: bool,
+    /// Free pages whose file blocks were given back (a hole punched,
+    /// design.md "Holes"): a subset of `free`; a page leaves it when it
+    /// leaves `free`, so the next punch knows which runs still hold blocks.
+    punched: RangeSet,
 }
 
 impl CfAllocator {
@@ -480,6 +516,14 @@ impl CfAllocator {
                 "cf {cf}: run {p} freed before allocated"
             );
         }
+        for r in self.punched.iter() {
+            assert!(
+                self.free.contains_all(r.start.0, r.pages),
+                "cf {cf}: punched run {}+{} is not free",
+                r.start.0,
+                r.pages
+            );
+        }
     }
 
     /// An allocator owning `extents` with `free` pages free, whose durable
@@ -519,12 +563,13 @@ impl CfAllocator {
             recent: IdMap::default(),
             freed: IdMap::default(),
             base_version: Version(0),
-            released: Arc::new(Mutex::new(Vec::new())),
+            released: Arc::new(ReleaseSink::default()),
             dirty_counter: Arc::new(AtomicU64::new(0)),
             unwritten_freed: Vec::new(),
             ops: 0,
             limit: None,
             discarded: false,
+            punched: RangeSet::new(),
         })
     }
 
@@ -539,6 +584,12 @@ impl CfAllocator {
     /// Sets the version of the durable base (at open).
     pub fn set_base_version(&mut self, v: Version) {
         self.base_version = v;
+    }
+
+    /// Tells `watch` about every release into this allocator's sink
+    /// (once; a second watch is ignored).
+    pub fn set_release_watch(&self, watch: Arc<dyn ReleaseWatch>) {
+        let _ = self.released.watch.set(watch);
     }
 
     /// Where reclaim batches of this CF release pages.
@@ -629,6 +680,7 @@ impl CfAllocator {
         for r in &runs {
             let ok = self.free.remove(r.start.0, r.pages);
             assert!(ok, "engine invariant: listed from the free set");
+            self.punched.remove_overlap(r.start.0, r.pages);
             self.extents = (self.extents.iter())
                 .flat_map(|e| {
                     let (lo, hi) = (r.start.0.max(e.start.0), r.end().min(e.end()));
@@ -673,6 +725,7 @@ impl CfAllocator {
         for (s, n) in cut {
             let ok = self.free.remove(s, n);
             assert!(ok, "engine invariant: checked free a moment ago");
+            self.punched.remove_overlap(s, n);
         }
         self.extents = (self.extents.iter())
             .filter(|e| e.start.0 < end)
@@ -814,7 +867,7 @@ impl CfAllocator {
     /// for a checkpoint if the durable base still uses them). Returns the
     /// runs that became free.
     pub fn drain_released(&mut self) -> Vec<(PageId, u32)> {
-        let released = std::mem::take(&mut *self.released.lock());
+        let released = self.released.take();
         if self.discarded {
             // Runs released before `discard_all` and never drained: the
             // discard already handed back every page they name (they were
@@ -1005,10 +1058,56 @@ impl CfAllocator {
     }
 
     fn take_free(&mut self, n: u64) -> Option<u64> {
-        match self.limit {
+        let start = match self.limit {
             None => self.free.take(n),
             Some(l) => self.free.take_below(n, l),
+        }?;
+        if self.punched.pages() > 0 {
+            self.punched.remove_overlap(start, n);
         }
+        Some(start)
+    }
+
+    /// Free runs that still hold file blocks somewhere (not wholly
+    /// punched): what a punch gives back now. Every page of them may be
+    /// written at once, so it may be zeroed too.
+    pub fn runs_to_punch(&mut self) -> Vec<PageRange> {
+        self.drain_released();
+        (self.free.iter())
+            .filter(|r| !self.punched.contains_all(r.start.0, r.pages))
+            .collect()
+    }
+
+    /// Free pages whose blocks were not given back yet.
+    pub fn unpunched_pages(&mut self) -> u64 {
+        self.drain_released();
+        self.free.pages() - self.punched.pages()
+    }
+
+    /// True if every page of `run` is free now.
+    pub fn is_free(&self, run: PageRange) -> bool {
+        self.free.contains_all(run.start.0, run.pages)
+    }
+
+    /// Records that the blocks of `run`, free, were given back.
+    pub fn mark_punched(&mut self, run: PageRange) {
+        assert!(
+            self.free.contains_all(run.start.0, run.pages),
+            "engine invariant: a punched run {}+{} is free in cf {}",
+            run.start.0,
+            run.pages,
+            self.cf
+        );
+        self.punched.remove_overlap(run.start.0, run.pages);
+        let ok = self.punched.insert(run.start.0, run.pages);
+        debug_assert!(ok, "its punched pages were just removed");
+        self.assert_invariants();
+    }
+
+    /// Free pages whose blocks were given back.
+    #[cfg(test)]
+    pub fn punched_pages(&self) -> u64 {
+        self.punched.pages()
     }
 
     fn take(&mut self, npages: u32, map: &Mutex<ExtentMap>) -> Option<PageId> {
@@ -1196,6 +1295,7 @@ impl CfAllocator {
         self.recent.clear();
         self.freed.clear();
         self.free = RangeSet::new();
+        self.punched = RangeSet::new();
         self.extents.clear();
         self.discarded = true;
         self.assert_invariants();
@@ -1425,9 +1525,64 @@ mod tests {
         drop(b2);
     }
 
+    /// Punched runs stay a subset of the free ones: a page taken, cut or
+    /// pooled is no longer punched, so the next punch gives it back again
+    /// once it is free again; a run wholly punched is not listed twice.
+    #[test]
+    fn punched_pages_leave_the_punched_set_when_they_leave_the_free_set() {
+        let map = Mutex::new(ExtentMap::new(2));
+        let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
+        let p = a.alloc(8, &map).unwrap();
+        a.free_now(p, 8);
+        let runs = a.runs_to_punch();
+        let total: u64 = runs.iter().map(|r| r.pages).sum();
+        assert_eq!(total, a.unpunched_pages(), "every free run is listed");
+        for r in runs {
+            a.mark_punched(r);
+        }
+        assert_eq!(a.unpunched_pages(), 0);
+        assert!(
+            a.runs_to_punch().is_empty(),
+            "punched runs are not listed again"
+        );
+        let q = a.alloc(3, &map).unwrap();
+        assert_eq!(q, p, "lowest first fit takes the punched run's start");
+        assert_eq!(
+            a.punched_pages(),
+            a.free_set().pages(),
+            "the taken pages left"
+        );
+        a.free_now(q, 3);
+        assert_eq!(a.unpunched_pages(), 3, "freed again, not punched");
+        let again = a.runs_to_punch();
+        assert_eq!(
+            again.len(),
+            1,
+            "one coalesced run, partly punched: {again:?}"
+        );
+        assert!(again[0].start.0 <= q.0 && again[0].end() >= q.0 + 3);
+        a.mark_punched(again[0]);
+        assert_eq!(a.unpunched_pages(), 0);
+        let end = a.extents()[0].start.0 + 4;
+        assert!(a.cut_to(end));
+        assert_eq!(a.punched_pages(), a.free_set().pages(), "cut pages left");
+        let given = a.give_free(1, u64::MAX, u64::MAX);
+        assert!(!given.is_empty());
+        assert_eq!(a.punched_pages(), 0, "pooled pages left");
+    }
+
     #[test]
     fn long_batch_chain_drops_without_recursion() {
-        let sink: ReleasedPages = Arc::new(Mutex::new(Vec::new()));
+        #[derive(Debug, Default)]
+        struct Count(AtomicU64);
+        impl ReleaseWatch for Count {
+            fn released(&self, pages: u64) {
+                self.0.fetch_add(pages, Ordering::Relaxed);
+            }
+        }
+        let sink: ReleasedPages = Arc::new(ReleaseSink::default());
+        let count = Arc::new(Count::default());
+        sink.watch.set(count.clone()).unwrap();
         let first = ReclaimBatch::new(sink.clone());
         let mut cur = first.clone();
         for i in 0..200_000u64 {
@@ -1437,7 +1592,12 @@ mod tests {
         }
         drop(cur);
         drop(first);
-        assert_eq!(sink.lock().len(), 200_000);
+        assert_eq!(sink.take().len(), 200_000);
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            200_000,
+            "every release told"
+        );
     }
 
     /// Compaction pools free runs of every size below its limit; a CF

@@ -103,6 +103,27 @@ impl RangeSet {
         true
     }
 
+    /// Removes every page of `[start, start+len)` that is in the set (the
+    /// rest of the range need not be). Returns the pages removed.
+    pub fn remove_overlap(&mut self, start: u64, len: u64) -> u64 {
+        let end = start.saturating_add(len);
+        let first = (self.map.range(..start).next_back())
+            .filter(|(&s, &l)| s + l > start)
+            .map(|(&s, &l)| (s, l));
+        let pieces: Vec<(u64, u64)> = first
+            .into_iter()
+            .chain(self.map.range(start..end).map(|(&s, &l)| (s, l)))
+            .map(|(s, l)| (s.max(start), (s + l).min(end)))
+            .collect();
+        let mut removed = 0;
+        for (lo, hi) in pieces {
+            let ok = self.remove(lo, hi - lo);
+            debug_assert!(ok, "a piece of one range of the set");
+            removed += hi - lo;
+        }
+        removed
+    }
+
     /// Takes `len` contiguous pages, lowest address first fit.
     pub fn take(&mut self, len: u64) -> Option<u64> {
         let start = if len == 1 {
@@ -222,11 +243,20 @@ mod tests {
             let none_in = (start..start + len).all(|p| !model.contains(&p));
             assert_eq!(set.contains_all(start, len), all_in);
             assert_eq!(set.intersects(start, len), !none_in);
-            if rng.gen_bool(0.5) {
+            let dice = rng.gen_range(0..10);
+            if dice < 5 {
                 assert_eq!(set.insert(start, len), none_in);
                 if none_in {
                     model.extend(start..start + len);
                 }
+            } else if dice == 9 {
+                let wide = rng.gen_range(1..40u64);
+                let held = (start..start + wide).filter(|p| model.contains(p)).count();
+                assert_eq!(set.remove_overlap(start, wide), held as u64);
+                for p in start..start + wide {
+                    model.remove(&p);
+                }
+                assert!(!set.intersects(start, wide));
             } else {
                 assert_eq!(set.remove(start, len), all_in);
                 if all_in {

@@ -123,6 +123,42 @@ pub fn rename_moves_and_never_replaces(vfs: &dyn Vfs) {
     vfs.sync_dir().unwrap();
 }
 
+/// A hole reads as zeros and keeps the length; a range past the end
+/// changes nothing. (A `Vfs` that cannot punch holes says `Unsupported`
+/// and changes nothing.)
+pub fn punched_hole_reads_zeros(vfs: &dyn Vfs) {
+    let f = vfs.open("a", OpenMode::CreateNew).unwrap();
+    let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 200 + 1) as u8).collect();
+    f.write_at(0, &data).unwrap();
+    match f.punch_hole(4096, 4096) {
+        Err(e) => {
+            assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+            let mut buf = vec![0u8; data.len()];
+            f.read_at(0, &mut buf).unwrap();
+            assert_eq!(buf, data);
+            return;
+        }
+        Ok(()) => {}
+    }
+    f.punch_hole(2 * 4096 + 100, 1 << 20).unwrap();
+    f.punch_hole(1 << 30, 4096).unwrap();
+    assert_eq!(f.len().unwrap(), data.len() as u64);
+    let mut buf = vec![0u8; data.len()];
+    f.read_at(0, &mut buf).unwrap();
+    assert_eq!(buf[..4096], data[..4096]);
+    assert!(buf[4096..2 * 4096].iter().all(|&b| b == 0));
+    assert_eq!(
+        buf[2 * 4096..2 * 4096 + 100],
+        data[2 * 4096..2 * 4096 + 100]
+    );
+    assert!(buf[2 * 4096 + 100..].iter().all(|&b| b == 0));
+    f.sync_data().unwrap();
+    // Written again, the range holds the new bytes.
+    f.write_at(4096, &data[..4096]).unwrap();
+    f.read_at(4096, &mut buf[..4096]).unwrap();
+    assert_eq!(buf[..4096], data[..4096]);
+}
+
 /// Runs every check, each on a fresh directory from `new_vfs`.
 pub fn run_all(new_vfs: &dyn Fn() -> Box<dyn Vfs>) {
     write_read_round_trip(&*new_vfs());
@@ -134,4 +170,5 @@ pub fn run_all(new_vfs: &dyn Fn() -> Box<dyn Vfs>) {
     bad_names_are_rejected(&*new_vfs());
     lock_is_exclusive_until_dropped(&*new_vfs());
     rename_moves_and_never_replaces(&*new_vfs());
+    punched_hole_reads_zeros(&*new_vfs());
 }

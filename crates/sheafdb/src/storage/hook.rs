@@ -25,6 +25,8 @@ pub enum FileOp {
     SetLen,
     /// `len`.
     Len,
+    /// `punch_hole`.
+    PunchHole,
 }
 
 /// Decides, before each operation, whether it proceeds.
@@ -40,8 +42,8 @@ pub fn is_wal_file(name: &str) -> bool {
     name.contains("-wal.")
 }
 
-/// A VFS whose files consult `hook` before every read, write, sync and
-/// length change. Directory operations are forwarded unchanged.
+/// A VFS whose files consult `hook` before every read, write, sync,
+/// length change and hole punch. Directory operations are forwarded unchanged.
 #[derive(Debug, Clone)]
 pub struct HookVfs {
     inner: Arc<dyn Vfs>,
@@ -86,6 +88,10 @@ impl Storage for HookFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.hook.before(&self.name, FileOp::SetLen)?;
         self.inner.set_len(len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.hook.before(&self.name, FileOp::PunchHole)?;
+        self.inner.punch_hole(offset, len)
     }
 }
 

@@ -215,6 +215,21 @@ impl Storage for MemFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         resize_image(&mut self.data.write(), len)
     }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        zero_range(&mut self.data.write(), offset, len);
+        Ok(())
+    }
+}
+
+/// Zeroes the part of `[offset, offset + len)` inside `image` (a hole
+/// punched: the length does not change, a range past the end is ignored).
+pub(crate) fn zero_range(image: &mut [u8], offset: u64, len: u64) {
+    let size = image.len() as u64;
+    let start = offset.min(size);
+    let end = offset.saturating_add(len).min(size);
+    // Both are at most the image's length, so they fit in a usize.
+    image[start as usize..end as usize].fill(0);
 }
 
 /// Truncates or zero-extends `image` to `len` bytes; an error (not an abort)

@@ -20,8 +20,8 @@
 //!   when the range passes the end of the file); never a short read.
 //! - `write_at` writes all bytes or returns an error; a write past the end
 //!   extends the file (the gap reads as zeros).
-//! - After `sync_data` returns `Ok`, every earlier write and length change
-//!   of that file survives a crash. Creating or removing a file survives a
+//! - After `sync_data` returns `Ok`, every earlier write, hole punch and
+//!   length change of that file survives a crash. Creating or removing a file survives a
 //!   crash only after `Vfs::sync_dir`.
 
 mod conformance;
@@ -57,6 +57,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn len(&self) -> io::Result<u64>;
     /// Truncates or extends (with zeros) to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Gives the blocks of `[offset, offset + len)` back to the file
+    /// system (a hole; `fallocate(PUNCH_HOLE)` on Linux): the range reads
+    /// as zeros afterwards, the length does not change (a range past the
+    /// end is ignored). Durable with the next [`Storage::sync_data`]; a
+    /// crash before it may leave any part of the range as it was. The
+    /// default refuses (`Unsupported`): the bytes stay, and a database
+    /// keeps its free pages allocated.
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this storage cannot punch holes",
+        ))
+    }
 }
 
 /// How [`Vfs::open`] treats a missing or existing file.
@@ -105,6 +119,9 @@ impl Storage for ReadOnlyFile {
     }
     fn set_len(&self, _: u64) -> io::Result<()> {
         Err(refused("length change"))
+    }
+    fn punch_hole(&self, _: u64, _: u64) -> io::Result<()> {
+        Err(refused("hole punch"))
     }
 }
 
