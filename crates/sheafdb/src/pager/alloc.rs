@@ -466,8 +466,9 @@ impl CfAllocator {
     /// extents disjoint; `free`, `uncommitted`, `recent` and `freed`
     /// disjoint and inside the extents; runs committed since the durable
     /// base newer than it; a committed freed run freed after it was
-    /// allocated. Called after every mutating operation; past 2,048
-    /// tracked runs, on one operation in (tracked runs), so the check
+    /// allocated; punched runs free. Called after every mutating
+    /// operation; past 2,048 tracked runs (recent, freed, free and
+    /// punched), on one operation in (tracked runs), so the check
     /// (linear in the runs) costs a bounded amount per operation however
     /// large the allocator grows (a fold allocates thousands of runs).
     fn assert_invariants(&mut self) {
@@ -475,7 +476,7 @@ impl CfAllocator {
             return;
         }
         self.ops = self.ops.wrapping_add(1);
-        let tracked = self.recent.len() + self.freed.len();
+        let tracked = self.recent.len() + self.freed.len() + self.free.runs() + self.punched.runs();
         let every = (tracked as u64).max(256);
         if tracked > 2048 && !self.ops.is_multiple_of(every) {
             return;

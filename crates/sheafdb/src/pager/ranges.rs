@@ -23,6 +23,11 @@ impl RangeSet {
         self.pages
     }
 
+    /// Number of (coalesced) ranges.
+    pub fn runs(&self) -> usize {
+        self.map.len()
+    }
+
     /// True if every page of `[start, start+len)` is in the set (a range
     /// past the last page id, which a pointer in the file may name, is not).
     pub fn contains_all(&self, start: u64, len: u64) -> bool {
