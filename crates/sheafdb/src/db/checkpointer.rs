@@ -187,6 +187,9 @@ pub(crate) struct CheckpointState {
     /// Set for good when the storage said it cannot punch holes
     /// (`DbShared::punch_free_runs` stops trying).
     pub punch_unsupported: std::sync::atomic::AtomicBool,
+    /// Compactions running: no holes are punched meanwhile
+    /// (`DbShared::without_punching`).
+    pub punch_paused: std::sync::atomic::AtomicUsize,
     triggers: Triggers,
     /// Wakes the background checkpointer; every CF allocator's release
     /// sink reports to it.
@@ -204,6 +207,7 @@ impl CheckpointState {
             relocate_below: AtomicU64::new(0),
             truncation_owed: std::sync::atomic::AtomicBool::new(true),
             punch_unsupported: std::sync::atomic::AtomicBool::new(false),
+            punch_paused: std::sync::atomic::AtomicUsize::new(0),
             wakeup: Arc::new(Wakeup::new(triggers.page_size)),
             triggers,
         }

@@ -432,8 +432,9 @@ impl Builder {
     }
 
     /// Free bytes not yet given back to the file system past which a
-    /// checkpoint punches holes (`punch_holes`); by default an eighth of
-    /// the file and at least 1 MiB. Tests set it to a page, so every
+    /// checkpoint punches holes (`punch_holes`), in free runs of any
+    /// length; by default an eighth of the file and at least 1 MiB, in
+    /// runs of 64 KiB or more. Tests set it to a page, so every
     /// checkpoint punches whatever became free.
     #[doc(hidden)]
     pub fn punch_after_bytes(mut self, bytes: u64) -> Self {

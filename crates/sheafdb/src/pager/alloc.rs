@@ -1069,20 +1069,19 @@ impl CfAllocator {
         Some(start)
     }
 
-    /// Free runs that still hold file blocks somewhere (not wholly
-    /// punched): what a punch gives back now. Every page of them may be
-    /// written at once, so it may be zeroed too.
-    pub fn runs_to_punch(&mut self) -> Vec<PageRange> {
+    /// Free runs of at least `min_pages` that still hold file blocks
+    /// somewhere (not wholly punched): what a punch gives back now. Every
+    /// page of them may be written at once, so it may be zeroed too.
+    pub fn runs_to_punch(&mut self, min_pages: u64) -> Vec<PageRange> {
         self.drain_released();
         (self.free.iter())
-            .filter(|r| !self.punched.contains_all(r.start.0, r.pages))
+            .filter(|r| r.pages >= min_pages && !self.punched.contains_all(r.start.0, r.pages))
             .collect()
     }
 
-    /// Free pages whose blocks were not given back yet.
-    pub fn unpunched_pages(&mut self) -> u64 {
-        self.drain_released();
-        self.free.pages() - self.punched.pages()
+    /// Pages of the runs [`CfAllocator::runs_to_punch`] lists.
+    pub fn unpunched_pages(&mut self, min_pages: u64) -> u64 {
+        self.runs_to_punch(min_pages).iter().map(|r| r.pages).sum()
     }
 
     /// True if every page of `run` is free now.
@@ -1535,15 +1534,19 @@ mod tests {
         let mut a = CfAllocator::new(CfId(1), policy(), vec![], &[]).unwrap();
         let p = a.alloc(8, &map).unwrap();
         a.free_now(p, 8);
-        let runs = a.runs_to_punch();
+        let runs = a.runs_to_punch(1);
         let total: u64 = runs.iter().map(|r| r.pages).sum();
-        assert_eq!(total, a.unpunched_pages(), "every free run is listed");
+        assert_eq!(total, a.free_set().pages(), "every free run is listed");
+        assert!(
+            a.runs_to_punch(total + 1).is_empty(),
+            "shorter runs are not"
+        );
         for r in runs {
             a.mark_punched(r);
         }
-        assert_eq!(a.unpunched_pages(), 0);
+        assert_eq!(a.unpunched_pages(1), 0);
         assert!(
-            a.runs_to_punch().is_empty(),
+            a.runs_to_punch(1).is_empty(),
             "punched runs are not listed again"
         );
         let q = a.alloc(3, &map).unwrap();
@@ -1554,8 +1557,7 @@ mod tests {
             "the taken pages left"
         );
         a.free_now(q, 3);
-        assert_eq!(a.unpunched_pages(), 3, "freed again, not punched");
-        let again = a.runs_to_punch();
+        let again = a.runs_to_punch(1);
         assert_eq!(
             again.len(),
             1,
@@ -1563,7 +1565,7 @@ mod tests {
         );
         assert!(again[0].start.0 <= q.0 && again[0].end() >= q.0 + 3);
         a.mark_punched(again[0]);
-        assert_eq!(a.unpunched_pages(), 0);
+        assert_eq!(a.unpunched_pages(1), 0);
         let end = a.extents()[0].start.0 + 4;
         assert!(a.cut_to(end));
         assert_eq!(a.punched_pages(), a.free_set().pages(), "cut pages left");
