@@ -1,7 +1,8 @@
 //! How the file grows through the write phases of `sheaf-bench peers`
 //! and a removal of half the keys followed by an online backup (issue 14,
-//! design.md "Fold rounds" and "Column families"). Prints the data file
-//! and WAL sizes after each phase; it is not a test.
+//! design.md "Fold rounds", "Column families" and "Holes"). Prints the
+//! data file's length and allocated size and the WAL's allocated size
+//! after each phase; it is not a test.
 //!
 //! Run: `cargo run --release --example removal_space [-- PHASES [DIR]]`
 //!
@@ -27,25 +28,28 @@ use std::time::{Duration, Instant};
 use common::{in_scratch_dir, insert, key, LOAD, T};
 use sheafdb::{Database, Durability, Result};
 
-/// (data file, WAL files) in MiB: the WAL's segment files are named after
-/// the data file.
-fn sizes(dir: &Path) -> (u64, u64) {
-    let (mut data, mut wal) = (0, 0);
+/// (data file length, data file allocated, WAL files allocated) in MiB:
+/// the WAL's segment files are named after the data file. Allocated is
+/// what `du` counts (holes punched in free pages do not count).
+fn sizes(dir: &Path) -> (u64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (mut data, mut data_alloc, mut wal) = (0, 0, 0);
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let len = e.metadata().map_or(0, |m| m.len());
+        let (len, alloc) = e.metadata().map_or((0, 0), |m| (m.len(), m.blocks() * 512));
         let name = e.file_name().to_string_lossy().into_owned();
         if name == "db.sheaf" {
             data += len;
+            data_alloc += alloc;
         } else if name.starts_with("db.sheaf") {
-            wal += len; // not the backup's files
+            wal += alloc; // not the backup's files
         }
     }
-    (data >> 20, wal >> 20)
+    (data >> 20, data_alloc >> 20, wal >> 20)
 }
 
 fn report(dir: &Path, what: &str) {
-    let (data, wal) = sizes(dir);
-    println!("{what:<28} data file {data:>4} MiB, WAL {wal:>3} MiB");
+    let (data, alloc, wal) = sizes(dir);
+    println!("{what:<28} data file {data:>4} MiB ({alloc:>4} MiB allocated), WAL {wal:>3} MiB");
 }
 
 fn main() -> Result<()> {
