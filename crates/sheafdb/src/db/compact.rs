@@ -246,9 +246,9 @@ impl DbShared {
         Ok(())
     }
 
-    /// Gives the file system back the blocks of free runs of at least
-    /// [`PUNCH_MIN_RUN_BYTES`] inside the file, once those not yet given
-    /// back are an eighth of it and at least [`PUNCH_MIN_BYTES`]
+    /// Gives the file system back the blocks of the parts of free runs
+    /// not punched yet, of at least [`PUNCH_MIN_RUN_BYTES`] each, once
+    /// they are an eighth of the file and at least [`PUNCH_MIN_BYTES`]
     /// (design.md "Holes"). A free page may be written at once (that is
     /// what free means: no durable base, snapshot or transaction reads
     /// it), so it may be zeroed too: each run is checked free again and
@@ -261,6 +261,10 @@ impl DbShared {
     /// is not asked again; any other error ends this pass (a failing
     /// device shows itself to the next write or sync, which poisons).
     pub(crate) fn punch_free_runs(&self) -> u64 {
+        // Releases from now on count toward the next wake-up, also when
+        // this pass punches nothing (else one skipped pass kept the
+        // checkpointer from being woken again).
+        self.ckpt.wakeup.punch_begins();
         let off = !self.options.punch_holes
             || self.ckpt.punch_unsupported.load(Ordering::Relaxed)
             || self.ckpt.punch_paused.load(Ordering::Acquire) > 0
@@ -268,7 +272,6 @@ impl DbShared {
         if off {
             return 0;
         }
-        self.ckpt.wakeup.punch_begins();
         let ps = self.space.pager.page_size() as u64;
         let (after, min_run) = match self.options.punch_after_bytes {
             Some(bytes) => (bytes / ps, 1),

@@ -129,6 +129,30 @@ impl RangeSet {
         removed
     }
 
+    /// The parts of `[start, start+len)` not in the set, ascending, as
+    /// `(start, length)`.
+    pub fn gaps(&self, start: u64, len: u64) -> Vec<(u64, u64)> {
+        let end = start.saturating_add(len);
+        let first = (self.map.range(..start).next_back())
+            .filter(|(&s, &l)| s + l > start)
+            .map(|(&s, &l)| (s, l));
+        let mut at = start;
+        let mut out = Vec::new();
+        for (s, l) in first
+            .into_iter()
+            .chain(self.map.range(start..end).map(|(&s, &l)| (s, l)))
+        {
+            if s > at {
+                out.push((at, s - at));
+            }
+            at = at.max(s + l);
+        }
+        if at < end {
+            out.push((at, end - at));
+        }
+        out
+    }
+
     /// Takes `len` contiguous pages, lowest address first fit.
     pub fn take(&mut self, len: u64) -> Option<u64> {
         let start = if len == 1 {
@@ -256,6 +280,13 @@ mod tests {
                 }
             } else if dice == 9 {
                 let wide = rng.gen_range(1..40u64);
+                let gaps: Vec<u64> = (set.gaps(start, wide).into_iter())
+                    .flat_map(|(s, l)| s..s + l)
+                    .collect();
+                let want: Vec<u64> = (start..start + wide)
+                    .filter(|p| !model.contains(p))
+                    .collect();
+                assert_eq!(gaps, want, "gaps of {start}+{wide}");
                 let held = (start..start + wide).filter(|p| model.contains(p)).count();
                 assert_eq!(set.remove_overlap(start, wide), held as u64);
                 for p in start..start + wide {
