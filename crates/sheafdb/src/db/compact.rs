@@ -22,15 +22,18 @@ use std::sync::Arc;
 
 use super::DbShared;
 use crate::error::{Error, Result};
+use crate::format::records::PageRange;
+use crate::pager::alloc::CfAllocator;
 use crate::txn::{CfShared, Durability, WriteState};
 use crate::types::PageId;
 
-/// Free bytes not yet given back below which no hole is punched (nor
-/// below an eighth of the file, [`DbShared::punch_free_runs`]): a file's
-/// steady churn of pages freed and reused within a checkpoint or two is
-/// left alone; a large removal, or a rewrite an old snapshot held, is
-/// given back.
-pub(crate) const PUNCH_MIN_BYTES: u64 = 1 << 20;
+/// Free bytes below which nothing is given back to the file system, by
+/// a cut or by holes (nor below an eighth of the file,
+/// [`DbShared::worth_giving_back`]): a file does not flap between a cut
+/// and regrowth by an extent, and its steady churn of pages freed and
+/// reused within a checkpoint or two is left alone; a large removal, or
+/// a rewrite an old snapshot held, is given back.
+pub(crate) const GIVE_BACK_MIN_BYTES: u64 = 1 << 20;
 
 /// Shortest free run a punch gives back ([`DbShared::punch_free_runs`]):
 /// each run costs an `fallocate`, about 10-100 µs on ext4, and the free
@@ -238,23 +241,28 @@ impl DbShared {
         if self.health.is_read_only() {
             return Ok(());
         }
-        let ps = self.space.pager.page_size() as u64;
-        let file = self.space.extents.lock().file_pages();
-        let min_pages = (file / 8).max((1 << 20) / ps);
-        self.shrink_file(min_pages)?;
+        self.shrink_file(self.worth_giving_back())?;
         self.punch_free_runs();
         Ok(())
     }
 
+    /// Free pages worth giving back to the file system, by a cut or by
+    /// holes: an eighth of the file and at least [`GIVE_BACK_MIN_BYTES`].
+    fn worth_giving_back(&self) -> u64 {
+        let ps = self.space.pager.page_size() as u64;
+        let file = self.space.extents.lock().file_pages();
+        (file / 8).max(GIVE_BACK_MIN_BYTES / ps)
+    }
+
     /// Gives the file system back the blocks of the parts of free runs
     /// not punched yet, of at least [`PUNCH_MIN_RUN_BYTES`] each, once
-    /// they are an eighth of the file and at least [`PUNCH_MIN_BYTES`]
-    /// (design.md "Holes"). A free page may be written at once (that is
-    /// what free means: no durable base, snapshot or transaction reads
-    /// it), so it may be zeroed too: each run is checked free again and
-    /// punched under its allocator's lock, so no transaction takes and
-    /// writes it meanwhile. The lock is let go every [`PUNCH_CHUNK`] runs.
-    /// Returns the pages punched.
+    /// they are worth it ([`DbShared::worth_giving_back`]; design.md
+    /// "Holes"). A free page may be written at once (that is what free
+    /// means: no durable base, snapshot or transaction reads it), so it
+    /// may be zeroed too: each run is checked free again and punched
+    /// under its allocator's lock, so no transaction takes and writes it
+    /// meanwhile. The lock is let go every [`PUNCH_CHUNK`] runs. Returns
+    /// the pages punched.
     ///
     /// Never fails: a hole that could not be punched leaves free pages
     /// as they were, which no one reads. Storage that cannot punch holes
@@ -275,48 +283,54 @@ impl DbShared {
         let ps = self.space.pager.page_size() as u64;
         let (after, min_run) = match self.options.punch_after_bytes {
             Some(bytes) => (bytes / ps, 1),
-            None => (
-                (self.space.extents.lock().file_pages() / 8).max(PUNCH_MIN_BYTES / ps),
-                PUNCH_MIN_RUN_BYTES / ps,
-            ),
+            None => (self.worth_giving_back(), PUNCH_MIN_RUN_BYTES / ps),
         };
-        let min_run = min_run.max(1);
         let mut allocs: Vec<_> = (self.registry.cfs.read().values())
             .map(|c| c.alloc.clone())
             .collect();
         allocs.push(self.ckpt.sys.lock().alloc.clone());
-        let unpunched: u64 = (allocs.iter())
-            .map(|a| a.lock().unpunched_pages(min_run))
-            .sum();
+        let work: Vec<_> = (allocs.into_iter())
+            .map(|a| {
+                let runs = a.lock().runs_to_punch(min_run.max(1));
+                (a, runs)
+            })
+            .collect();
+        let unpunched: u64 = work.iter().flat_map(|(_, r)| r).map(|r| r.pages).sum();
         if unpunched < after.max(1) {
             return 0;
         }
-        let storage = self.space.pager.storage();
         let mut punched = 0;
-        for alloc in allocs {
-            let runs = alloc.lock().runs_to_punch(min_run);
+        for (alloc, runs) in work {
             for chunk in runs.chunks(PUNCH_CHUNK) {
-                let mut a = alloc.lock();
-                for &run in chunk {
-                    if !a.is_free(run) {
-                        continue;
-                    }
-                    match storage.punch_hole(run.start.0 * ps, run.pages * ps) {
-                        Ok(()) => {
-                            a.mark_punched(run);
-                            punched += run.pages;
-                        }
-                        Err(e) => {
-                            if e.kind() == std::io::ErrorKind::Unsupported {
-                                self.ckpt.punch_unsupported.store(true, Ordering::Relaxed);
-                            }
-                            return punched;
-                        }
-                    }
+                match self.punch_runs(&mut alloc.lock(), chunk, ps) {
+                    Ok(pages) => punched += pages,
+                    Err(pages) => return punched + pages,
                 }
             }
         }
         punched
+    }
+
+    /// Punches those of `runs` still free in `a` (whose lock the caller
+    /// holds). `Err` with the pages punched if a punch failed: the pass
+    /// ends (and after `Unsupported`, no pass starts again).
+    fn punch_runs(&self, a: &mut CfAllocator, runs: &[PageRange], ps: u64) -> Result<u64, u64> {
+        let storage = self.space.pager.storage();
+        let mut punched = 0;
+        for &run in runs {
+            if !a.is_free(run) {
+                continue;
+            }
+            if let Err(e) = storage.punch_hole(run.start.0 * ps, run.pages * ps) {
+                if e.kind() == std::io::ErrorKind::Unsupported {
+                    self.ckpt.punch_unsupported.store(true, Ordering::Relaxed);
+                }
+                return Err(punched);
+            }
+            a.mark_punched(run);
+            punched += run.pages;
+        }
+        Ok(punched)
     }
 }
 

@@ -116,8 +116,9 @@ pub(crate) struct Options {
     /// Give the file blocks of long free runs back after checkpoints
     /// (`Builder::punch_holes`).
     pub punch_holes: bool,
-    /// Free bytes not yet given back past which a punch pass punches
-    /// (`None`: an eighth of the file and at least 1 MiB).
+    /// Free bytes not yet given back past which a punch pass punches, in
+    /// runs of any length (`None`: an eighth of the file and at least
+    /// 1 MiB, in runs of 64 KiB or more).
     pub punch_after_bytes: Option<u64>,
     /// Bytes the key filters of every CF may take (0: none;
     /// `Builder::key_filter_memory`).
@@ -625,8 +626,10 @@ impl Builder {
     /// `fallocate(PUNCH_HOLE)`; default `true`). Removed data then stops
     /// occupying disk space at the first checkpoint after its pages are
     /// free, without a compaction: the file keeps its length (`ls`), its
-    /// allocated size (`du`) drops. Runs of at least 1 MiB are punched,
-    /// once each, so a file's steady churn of single pages is left alone.
+    /// allocated size (`du`) drops. A checkpoint punches once the free
+    /// pages not yet given back, in runs of 64 KiB or more, are an eighth
+    /// of the file and at least 1 MiB, so a file's steady churn of pages
+    /// freed and reused soon is left alone.
     /// Where the file system cannot punch holes (or off Linux) nothing is
     /// given back and nothing fails. Compaction still moves pages and
     /// shortens the file.

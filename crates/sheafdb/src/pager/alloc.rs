@@ -325,9 +325,10 @@ pub struct ReleaseSink {
 impl ReleaseSink {
     /// Adds released runs, then tells the watch (if one is set).
     fn push(&self, runs: Vec<(PageId, u32)>) {
-        let pages = runs.iter().map(|&(_, n)| n as u64).sum();
+        let watch = self.watch.get();
+        let pages = watch.map_or(0, |_| runs.iter().map(|&(_, n)| n as u64).sum());
         self.runs.lock().extend(runs);
-        if let Some(w) = self.watch.get() {
+        if let Some(w) = watch {
             w.released(pages);
         }
     }
@@ -1091,11 +1092,6 @@ impl CfAllocator {
         out
     }
 
-    /// Pages of the runs [`CfAllocator::runs_to_punch`] lists.
-    pub fn unpunched_pages(&mut self, min_pages: u64) -> u64 {
-        self.runs_to_punch(min_pages).iter().map(|r| r.pages).sum()
-    }
-
     /// True if every page of `run` is free now.
     pub fn is_free(&self, run: PageRange) -> bool {
         self.free.contains_all(run.start.0, run.pages)
@@ -1556,7 +1552,7 @@ mod tests {
         for r in runs {
             a.mark_punched(r);
         }
-        assert_eq!(a.unpunched_pages(1), 0);
+        assert_eq!(a.runs_to_punch(1).iter().map(|r| r.pages).sum::<u64>(), 0);
         assert!(
             a.runs_to_punch(1).is_empty(),
             "punched runs are not listed again"
@@ -1580,7 +1576,7 @@ mod tests {
             "3 pages of churn beside a hole are shorter than 4"
         );
         a.mark_punched(again[0]);
-        assert_eq!(a.unpunched_pages(1), 0);
+        assert_eq!(a.runs_to_punch(1).iter().map(|r| r.pages).sum::<u64>(), 0);
         let end = a.extents()[0].start.0 + 4;
         assert!(a.cut_to(end));
         assert_eq!(a.punched_pages(), a.free_set().pages(), "cut pages left");

@@ -224,12 +224,14 @@ impl Storage for MemFile {
 
 /// Zeroes the part of `[offset, offset + len)` inside `image` (a hole
 /// punched: the length does not change, a range past the end is ignored).
-pub(crate) fn zero_range(image: &mut [u8], offset: u64, len: u64) {
+/// Returns that part.
+pub(crate) fn zero_range(image: &mut [u8], offset: u64, len: u64) -> std::ops::Range<usize> {
     let size = image.len() as u64;
-    let start = offset.min(size);
-    let end = offset.saturating_add(len).min(size);
     // Both are at most the image's length, so they fit in a usize.
-    image[start as usize..end as usize].fill(0);
+    let start = offset.min(size) as usize;
+    let end = offset.saturating_add(len).min(size) as usize;
+    image[start..end].fill(0);
+    start..end
 }
 
 /// Truncates or zero-extends `image` to `len` bytes; an error (not an abort)

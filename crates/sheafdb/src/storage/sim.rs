@@ -448,15 +448,11 @@ impl Inode {
     /// Punches a hole: zeros over the range's part inside the file now,
     /// recorded as unsynced (the length does not change).
     fn punch_hole(&mut self, offset: u64, len: u64) {
-        zero_range(&mut self.current, offset, len);
-        let size = self.current.len() as u64;
-        let start = offset.min(size);
-        let end = offset.saturating_add(len).min(size);
-        if start < end {
-            // Both are at most the image's length, so they fit in a usize.
+        let zeroed = zero_range(&mut self.current, offset, len);
+        if !zeroed.is_empty() {
             self.unsynced.push(PendingOp::Zero {
-                offset: start as usize,
-                len: (end - start) as usize,
+                offset: zeroed.start,
+                len: zeroed.len(),
             });
         }
     }
@@ -482,7 +478,9 @@ fn apply(image: &mut Vec<u8>, op: &PendingOp) {
     match op {
         PendingOp::Write { offset, data } => put(image, *offset, data),
         PendingOp::SetLen { len } => image.resize(*len, 0),
-        PendingOp::Zero { offset, len } => zero_range(image, *offset as u64, *len as u64),
+        PendingOp::Zero { offset, len } => {
+            zero_range(image, *offset as u64, *len as u64);
+        }
     }
 }
 
@@ -498,15 +496,10 @@ fn apply_at_random(image: &mut Vec<u8>, op: &PendingOp, rng: &mut SplitMix64) {
             0 => apply(image, op),
             1 => {}
             _ => {
-                const SECTOR: usize = SECTOR_SIZE as usize;
-                let (mut at, end) = (*offset, offset + len);
-                while at < end {
-                    let next = ((at / SECTOR) + 1) * SECTOR;
-                    let piece = next.min(end) - at;
+                for (at, piece) in sector_spans(*offset, *len) {
                     if rng.coin() {
                         zero_range(image, at as u64, piece as u64);
                     }
-                    at += piece;
                 }
             }
         },
@@ -524,21 +517,27 @@ fn apply_at_random(image: &mut Vec<u8>, op: &PendingOp, rng: &mut SplitMix64) {
     }
 }
 
+/// Splits `[offset, offset + len)` at absolute sector boundaries:
+/// `(offset, length)` of each piece, in order.
+fn sector_spans(offset: usize, len: usize) -> Vec<(usize, usize)> {
+    const SECTOR: usize = SECTOR_SIZE as usize;
+    let end = offset + len;
+    let mut spans = Vec::with_capacity(len / SECTOR + 2);
+    let mut at = offset;
+    while at < end {
+        let piece = (SECTOR - at % SECTOR).min(end - at);
+        spans.push((at, piece));
+        at += piece;
+    }
+    spans
+}
+
 /// Splits a write of `data` at `offset` at absolute sector boundaries:
 /// `(offset, bytes)` of each piece, in order.
 fn sector_pieces(offset: usize, data: &[u8]) -> Vec<(usize, &[u8])> {
-    const SECTOR: usize = SECTOR_SIZE as usize;
-    let mut pieces = Vec::with_capacity(data.len() / SECTOR + 2);
-    let mut start = offset;
-    let mut rest = data;
-    while !rest.is_empty() {
-        let to_boundary = SECTOR - start % SECTOR;
-        let (piece, tail) = rest.split_at(to_boundary.min(rest.len()));
-        pieces.push((start, piece));
-        start += piece.len();
-        rest = tail;
-    }
-    pieces
+    (sector_spans(offset, data.len()).into_iter())
+        .map(|(at, n)| (at, &data[at - offset..at - offset + n]))
+        .collect()
 }
 
 /// Writes `data` at `offset` (already checked to fit), zero-filling a gap.
