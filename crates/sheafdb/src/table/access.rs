@@ -115,8 +115,42 @@ pub(super) fn with_key<K: Key, R>(k: &K::SelfType<'_>, f: impl FnOnce(&[u8]) -> 
     buf.clear();
     K::encode_key(k, &mut buf);
     let r = f(&buf);
-    KEY_BUF.with(|b| b.set(buf));
+    // An oversized key (refused by the write that encoded it) must not stay
+    // allocated for the thread's life.
+    if buf.capacity() <= VALUE_BUF_KEEP {
+        KEY_BUF.with(|b| b.set(buf));
+    }
     r
+}
+
+thread_local! {
+    /// A buffer writes encode their value into (see [`with_key_value`]).
+    static VALUE_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Capacity above which a key or value buffer is freed after use rather
+/// than kept: one large value must not stay allocated for the thread's
+/// life.
+const VALUE_BUF_KEEP: usize = 64 << 10;
+
+/// Runs `f` on the encodings of `k` and `v`, in this thread's reusable
+/// buffers: a write allocates nothing for them (the write set then makes
+/// its own copies), where two `Vec`s per write were allocated and freed.
+pub(super) fn with_key_value<K: Key, V: Value, R>(
+    k: &K::SelfType<'_>,
+    v: &V::SelfType<'_>,
+    f: impl FnOnce(&[u8], &[u8]) -> R,
+) -> R {
+    with_key::<K, R>(k, |k| {
+        let mut buf = VALUE_BUF.with(|b| b.take());
+        buf.clear();
+        V::encode_value(v, &mut buf);
+        let r = f(k, &buf);
+        if buf.capacity() <= VALUE_BUF_KEEP {
+            VALUE_BUF.with(|b| b.set(buf));
+        }
+        r
+    })
 }
 
 pub(super) fn encode_value<V: Value>(val: &V::SelfType<'_>) -> Vec<u8> {
@@ -487,22 +521,22 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         K: 'k,
         V: 'v,
     {
-        let k = encode_key::<K>(key.borrow());
-        let v = encode_value::<V>(value.borrow());
-        let mut st = self.txn.state()?;
-        st.check_not_failed()?;
-        btree::check_limits(btree::store::PageRead::page_size(&st.pages), &k, &v)?;
-        let put = |p: &mut TxnPages, r: &mut TreeRoot| btree::insert(p, r, &k, &v);
-        let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
-            st.log_write(table, &k, Some(&v), old.is_some());
-        };
-        if let Some(old) = self.direct(&mut st, put, log) {
-            return page_value(old?);
-        }
-        let (id, root) = self.tree_of(&st)?;
-        let old = st.lookup(id, &root, &k)?;
-        st.write(id, &k, Some(&v), &old)?;
-        opt_value(old)
+        with_key_value::<K, V, _>(key.borrow(), value.borrow(), |k, v| {
+            let mut st = self.txn.state()?;
+            st.check_not_failed()?;
+            btree::check_limits(btree::store::PageRead::page_size(&st.pages), k, v)?;
+            let put = |p: &mut TxnPages, r: &mut TreeRoot| btree::insert(p, r, k, v);
+            let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
+                st.log_write(table, k, Some(v), old.is_some());
+            };
+            if let Some(old) = self.direct(&mut st, put, log) {
+                return page_value(old?);
+            }
+            let (id, root) = self.tree_of(&st)?;
+            let old = st.lookup(id, &root, k)?;
+            st.write(id, k, Some(v), &old)?;
+            opt_value(old)
+        })
     }
 
     /// Removes `key`; returns the old value.
@@ -513,24 +547,25 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     where
         K: 'k,
     {
-        let k = encode_key::<K>(key.borrow());
-        let mut st = self.txn.state()?;
-        st.check_not_failed()?;
-        let del = |p: &mut TxnPages, r: &mut TreeRoot| btree::remove(p, r, &k);
-        let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
-            if old.is_some() {
-                st.log_write(table, &k, None, true);
+        with_key::<K, _>(key.borrow(), |k| {
+            let mut st = self.txn.state()?;
+            st.check_not_failed()?;
+            let del = |p: &mut TxnPages, r: &mut TreeRoot| btree::remove(p, r, k);
+            let log = |st: &mut WriteState, table, old: &Option<Bytes>| {
+                if old.is_some() {
+                    st.log_write(table, k, None, true);
+                }
+            };
+            if let Some(old) = self.direct(&mut st, del, log) {
+                return page_value(old?);
             }
-        };
-        if let Some(old) = self.direct(&mut st, del, log) {
-            return page_value(old?);
-        }
-        let (id, root) = self.tree_of(&st)?;
-        let old = st.lookup(id, &root, &k)?;
-        if old.is_some() {
-            st.write(id, &k, None, &old)?;
-        }
-        opt_value(old)
+            let (id, root) = self.tree_of(&st)?;
+            let old = st.lookup(id, &root, k)?;
+            if old.is_some() {
+                st.write(id, k, None, &old)?;
+            }
+            opt_value(old)
+        })
     }
 
     /// Removes `key` if present, without reading what it held: the
@@ -543,11 +578,12 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     where
         K: 'k,
     {
-        let k = encode_key::<K>(key.borrow());
-        let mut st = self.txn.state()?;
-        st.check_not_failed()?;
-        let (id, _) = self.tree_of(&st)?;
-        st.delete_blind(id, &k)
+        with_key::<K, _>(key.borrow(), |k| {
+            let mut st = self.txn.state()?;
+            st.check_not_failed()?;
+            let (id, _) = self.tree_of(&st)?;
+            st.delete_blind(id, k)
+        })
     }
 
     /// The value stored under `key` (including this transaction's writes).
@@ -555,10 +591,11 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     where
         K: 'a,
     {
-        let k = encode_key::<K>(key.borrow());
-        let st = self.txn.state()?;
-        let (id, root) = self.tree_of(&st)?;
-        opt_value(st.lookup(id, &root, &k)?)
+        with_key::<K, _>(key.borrow(), |k| {
+            let st = self.txn.state()?;
+            let (id, root) = self.tree_of(&st)?;
+            opt_value(st.lookup(id, &root, k)?)
+        })
     }
 
     pub(super) fn write_range(
