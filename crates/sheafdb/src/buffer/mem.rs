@@ -686,14 +686,18 @@ impl MemBuffer {
         }
     }
 
-    /// Every entry newer than `after`, in version order (keys in order
-    /// within a version): what stays buffered when a fold covers the
-    /// versions up to `after`.
-    pub fn entries_after(&self, after: Version) -> Vec<(TableId, Arc<[u8]>, Version, Slot)> {
+    /// Every entry newer than `after` and at most `through` (`None`: no
+    /// upper bound), in version order (keys in order within a version):
+    /// what stays buffered when a fold covers the versions up to `after`.
+    pub fn entries_between(
+        &self,
+        after: Version,
+        through: Option<Version>,
+    ) -> Vec<(TableId, Arc<[u8]>, Version, Slot)> {
         let mut out: Vec<_> = self
             .map
             .iter()
-            .filter(|e| e.key().version() > after)
+            .filter(|e| e.key().version() > after && through.is_none_or(|t| e.key().version() <= t))
             .map(|e| {
                 let k = e.key();
                 (k.table, k.key.clone(), k.version(), e.value().clone())

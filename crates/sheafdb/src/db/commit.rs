@@ -322,6 +322,16 @@ impl DbShared {
         let mut st = WriteState::new(self.space.clone(), cf, folded.clone(), log_max);
         let built = (st.fold_round(progress.upto, &progress.cursor, budget))
             .and_then(|o| st.flush_tables().map(|()| o));
+        // The last round's new buffer: the commits published so far are
+        // copied before the writer lock is taken.
+        let early = match &built {
+            Ok(o) if o.next.is_none() => Some(FoldCarry::start_rest(
+                &folded.buffer,
+                progress.upto,
+                cf.current.load().version,
+            )),
+            _ => None,
+        };
         let (outcome, lock) =
             match built.and_then(|o| Ok((o, cf.lock_writer_within(FOLD_LOCK_WAIT)?))) {
                 Ok(x) => x,
@@ -371,12 +381,17 @@ impl DbShared {
                 upto: progress.upto_lsn,
             });
         }
-        st.carry = Some(FoldCarry::round(
-            &head,
-            progress,
-            &outcome.changes,
-            outcome.next,
-        ));
+        let early_entries = early.as_ref().map_or(0, |(b, _)| b.entries());
+        let carry = FoldCarry::round(&head, progress, &outcome.changes, outcome.next, early);
+        if last {
+            let [before, under] = &self.carried;
+            before.fetch_add(early_entries, std::sync::atomic::Ordering::Relaxed);
+            under.fetch_add(
+                carry.buffer.entries() - early_entries,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        st.carry = Some(carry);
         st.base = head;
         let payload = st.finish_log().inspect_err(|_| st.pages.rollback())?;
         let logged = (payload.as_ref())

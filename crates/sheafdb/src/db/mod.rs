@@ -176,6 +176,10 @@ pub(crate) struct DbShared {
     pub options: Options,
     /// WAL records applied by recovery when this database was opened.
     pub replayed_records: AtomicU64,
+    /// Buffered entries the last rounds of folds carried into new
+    /// buffers since open: before the writer lock, and under it
+    /// (design.md "Fold rounds", *The carry*).
+    pub carried: [AtomicU64; 2],
     /// Damage in the middle of the WAL this open salvaged around
     /// (`Builder::salvage_damaged_wal`): the commits from it on are lost.
     pub wal_damage: OnceLock<WalDamage>,
@@ -772,6 +776,18 @@ impl Database {
         let more = !(self.shared.fold_all(commit::Patience::Grow)?.more).is_empty();
         self.shared.checkpoint_including(Vec::new())?;
         Ok(more)
+    }
+
+    /// Buffered entries the last rounds of folds carried into new buffers
+    /// since open, as (copied before the writer lock, copied under it).
+    /// For tests (design.md "Fold rounds", *The carry*).
+    #[doc(hidden)]
+    pub fn fold_carried(&self) -> (u64, u64) {
+        let [early, locked] = &self.shared.carried;
+        (
+            early.load(Ordering::Relaxed),
+            locked.load(Ordering::Relaxed),
+        )
     }
 
     /// Makes every committed transaction durable, whatever its

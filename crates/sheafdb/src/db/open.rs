@@ -403,6 +403,7 @@ fn new_shared(
         wal: OnceLock::new(),
         options: opts.options.clone(),
         replayed_records: AtomicU64::new(0),
+        carried: Default::default(),
         filter_budget: Arc::new(crate::txn::key_filter::FilterBudget::with_min_keys(
             opts.options.key_filter_memory,
             opts.options.key_filter_min_keys,

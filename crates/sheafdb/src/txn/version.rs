@@ -310,12 +310,16 @@ impl FoldCarry {
     /// with `next` (more rounds to go), the buffer is shared and replay
     /// keeps resuming where it did; without, the rounds are done: the
     /// entries after `progress.upto` go into a new buffer, and replay of
-    /// the trees resumes after `upto`.
+    /// the trees resumes after `upto`. `early` is that new buffer started
+    /// before the writer lock was taken ([`FoldCarry::start_rest`]) and
+    /// the version it holds entries through; it must have been made from
+    /// `head`'s buffer. Only the entries after it are copied here.
     pub fn round(
         head: &CfVersion,
         progress: FoldProgress,
         changes: &BTreeMap<TableId, i64>,
         next: Option<(TableId, Arc<[u8]>)>,
+        early: Option<(MemBuffer, Version)>,
     ) -> FoldCarry {
         let mut deltas = (*head.deltas).clone();
         for (id, c) in changes {
@@ -323,10 +327,7 @@ impl FoldCarry {
         }
         deltas.retain(|_, d| *d != 0);
         let Some(cursor) = next else {
-            let rest = Arc::new(MemBuffer::after(&head.buffer));
-            for (table, key, version, slot) in head.buffer.entries_after(progress.upto) {
-                rest.insert(table, key, version, slot);
-            }
+            let rest = Arc::new(FoldCarry::finish_rest(&head.buffer, progress.upto, early));
             return FoldCarry {
                 buffer: rest,
                 deltas: Arc::new(deltas),
@@ -347,6 +348,100 @@ impl FoldCarry {
                 done,
                 ..progress
             })),
+        }
+    }
+}
+
+impl FoldCarry {
+    /// The last round's new buffer, started without the writer lock: the
+    /// entries of `buffer` after `upto` through `published`, a version
+    /// already published (so every entry through it is in `buffer`:
+    /// commits insert before they publish). Under the lock,
+    /// [`FoldCarry::round`] copies only the commits made since, so
+    /// writers wait for those rather than for every commit made during
+    /// the whole fold (design.md "Fold rounds", *The carry*).
+    pub fn start_rest(
+        buffer: &MemBuffer,
+        upto: Version,
+        published: Version,
+    ) -> (MemBuffer, Version) {
+        let rest = MemBuffer::after(buffer);
+        let through = published.max(upto);
+        for (table, key, version, slot) in buffer.entries_between(upto, Some(through)) {
+            rest.insert(table, key, version, slot);
+        }
+        (rest, through)
+    }
+
+    /// The last round's new buffer: `buffer`'s entries after `upto`; with
+    /// `early` ([`FoldCarry::start_rest`] of the same buffer and `upto`),
+    /// only those after the version it reached are copied now.
+    pub fn finish_rest(
+        buffer: &MemBuffer,
+        upto: Version,
+        early: Option<(MemBuffer, Version)>,
+    ) -> MemBuffer {
+        let (rest, through) = early.unwrap_or_else(|| (MemBuffer::after(buffer), upto));
+        debug_assert!(through >= upto, "an early carry from before the fold");
+        for (table, key, version, slot) in buffer.entries_between(through, None) {
+            rest.insert(table, key, version, slot);
+        }
+        rest
+    }
+}
+
+#[cfg(test)]
+mod carry_tests {
+    use super::*;
+
+    /// An entry as plain bytes: table, key, version, value (`None`: removed).
+    type Plain = (TableId, Vec<u8>, Version, Option<Vec<u8>>);
+
+    /// Every entry of `b`, in version order.
+    fn entries(b: &MemBuffer) -> Vec<Plain> {
+        (b.entries_between(Version(0), None).into_iter())
+            .map(|(t, k, v, s)| (t, k.to_vec(), v, s.map(|s| s.to_vec())))
+            .collect()
+    }
+
+    /// A carry started early and finished under the lock holds exactly
+    /// what one made at once holds, for every split point.
+    #[test]
+    fn an_early_carry_finishes_with_the_entries_of_a_carry_made_at_once() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let buffer = MemBuffer::new();
+        for v in 1..=60u64 {
+            // A few writes per version, keys repeating across versions,
+            // some removals.
+            let mut keys: Vec<u8> = (0..1 + next() % 3).map(|_| (next() % 16) as u8).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let table = TableId(1 + next() % 2);
+            for k in keys {
+                let slot = (next() % 4 != 0).then(|| Arc::from(&[k, v as u8][..]));
+                buffer.insert(table, vec![k], Version(v), slot);
+            }
+        }
+        for upto in [0u64, 1, 17, 40, 60] {
+            let whole = entries(&FoldCarry::finish_rest(&buffer, Version(upto), None));
+            assert_eq!(
+                whole,
+                entries(&buffer)
+                    .into_iter()
+                    .filter(|e| e.2 > Version(upto))
+                    .collect::<Vec<_>>()
+            );
+            for published in [upto, upto + 1, 45, 60, 70] {
+                let early = FoldCarry::start_rest(&buffer, Version(upto), Version(published));
+                let split = entries(&FoldCarry::finish_rest(&buffer, Version(upto), Some(early)));
+                assert_eq!(split, whole, "upto {upto}, published {published}");
+            }
         }
     }
 }
