@@ -370,12 +370,13 @@ fn a_compaction_punches_only_after_its_last_write() -> Result<()> {
         "{} operations, last write {last_write:?}, first punch {first_punch:?}",
         ops.len()
     );
-    if let (Some(w), Some(p)) = (last_write, first_punch) {
-        assert!(
-            p > w,
-            "a hole punched at operation {p}, before the write at {w}"
-        );
-    }
+    let (Some(w), Some(p)) = (last_write, first_punch) else {
+        panic!("the compaction wrote nothing or punched nothing: {ops:?}");
+    };
+    assert!(
+        p > w,
+        "a hole punched at operation {p}, before the write at {w}"
+    );
     let mut want = model((0..20_000).filter(|k| k % 3 == 0));
     want.extend(model(20_000..24_000));
     assert_eq!(contents(&db)?, want);

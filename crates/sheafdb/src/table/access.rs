@@ -117,7 +117,7 @@ pub(super) fn with_key<K: Key, R>(k: &K::SelfType<'_>, f: impl FnOnce(&[u8]) -> 
     let r = f(&buf);
     // An oversized key (refused by the write that encoded it) must not stay
     // allocated for the thread's life.
-    if buf.capacity() <= VALUE_BUF_KEEP {
+    if buf.capacity() <= BUF_KEEP {
         KEY_BUF.with(|b| b.set(buf));
     }
     r
@@ -131,7 +131,7 @@ thread_local! {
 /// Capacity above which a key or value buffer is freed after use rather
 /// than kept: one large value must not stay allocated for the thread's
 /// life.
-const VALUE_BUF_KEEP: usize = 64 << 10;
+const BUF_KEEP: usize = 64 << 10;
 
 /// Runs `f` on the encodings of `k` and `v`, in this thread's reusable
 /// buffers: a write allocates nothing for them (the write set then makes
@@ -146,7 +146,7 @@ pub(super) fn with_key_value<K: Key, V: Value, R>(
         buf.clear();
         V::encode_value(v, &mut buf);
         let r = f(k, &buf);
-        if buf.capacity() <= VALUE_BUF_KEEP {
+        if buf.capacity() <= BUF_KEEP {
             VALUE_BUF.with(|b| b.set(buf));
         }
         r

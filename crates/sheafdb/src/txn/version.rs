@@ -350,9 +350,7 @@ impl FoldCarry {
             })),
         }
     }
-}
 
-impl FoldCarry {
     /// The last round's new buffer, started without the writer lock: the
     /// entries of `buffer` after `upto` through `published`, a version
     /// already published (so every entry through it is in `buffer`:
@@ -386,6 +384,13 @@ impl FoldCarry {
         for (table, key, version, slot) in buffer.entries_between(through, None) {
             rest.insert(table, key, version, slot);
         }
+        // The early copy relied on every write of a published version being
+        // in the buffer: one inserted after it looked would be missing here.
+        debug_assert_eq!(
+            rest.entries(),
+            buffer.entries_between(upto, None).len() as u64,
+            "the carry lost or doubled a buffered write"
+        );
         rest
     }
 }
