@@ -353,11 +353,19 @@ fn compaction_while_writers_and_readers_run() -> Result<()> {
                 }
             });
         }
+        // The threads stop also when compaction fails or panics (else the
+        // scope waited for them forever and the failure never showed).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
         for _ in 0..4 {
             db.compact_step(256 << 10)?;
         }
         db.compact()?;
-        stop.store(true, Ordering::Relaxed);
         Ok(())
     })?;
     let after = file_len(&vfs, "w.sheaf");

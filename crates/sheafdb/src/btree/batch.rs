@@ -741,7 +741,7 @@ fn insert_children<S: PageWrite + ?Sized>(
 
 /// Puts new root levels above `children` (pages at `level`) until one page
 /// holds them all.
-fn grow_root<S: PageWrite + ?Sized>(
+pub(super) fn grow_root<S: PageWrite + ?Sized>(
     store: &mut S,
     root: &mut TreeRoot,
     mut level: u8,

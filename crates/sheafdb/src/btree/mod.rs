@@ -33,6 +33,7 @@ mod cursor;
 mod dirty;
 mod mutate;
 mod node;
+mod pack;
 mod relocate;
 pub mod store;
 mod walk;
@@ -58,6 +59,7 @@ pub(crate) use node::key_prefix;
 #[cfg(test)]
 pub use node::max_key_len;
 pub use node::max_value_len;
+pub use pack::repack;
 pub use relocate::relocate;
 pub use walk::{clear, tree_stats, walk, TreeStats};
 

@@ -350,6 +350,13 @@ impl<'a> NodeRef<'a> {
         Ok(self.leaf_cell_with_len(i)?.0)
     }
 
+    /// Decodes leaf cell `i` and returns it with its encoded bytes.
+    pub fn leaf_cell_raw(&self, i: usize) -> Result<(LeafCell<'a>, &'a [u8])> {
+        let (cell, len) = self.leaf_cell_with_len(i)?;
+        let bytes = self.span(self.cell_off(i)?, len, "cell")?;
+        Ok((cell, bytes))
+    }
+
     /// Key of leaf cell `i` (does not decode the value).
     #[inline]
     pub fn leaf_key(&self, i: usize) -> Result<&'a [u8]> {
@@ -384,13 +391,11 @@ impl<'a> NodeRef<'a> {
 
     /// The raw bytes of cell `i` (bounds and encoding checked).
     pub fn cell_bytes(&self, i: usize) -> Result<&'a [u8]> {
-        let off = self.cell_off(i)?;
-        let len = if self.is_leaf() {
-            self.leaf_cell_with_len(i)?.1
-        } else {
-            BRANCH_CELL_HEADER + self.branch_key(i)?.len()
-        };
-        self.span(off, len, "cell")
+        if self.is_leaf() {
+            return Ok(self.leaf_cell_raw(i)?.1);
+        }
+        let len = BRANCH_CELL_HEADER + self.branch_key(i)?.len();
+        self.span(self.cell_off(i)?, len, "cell")
     }
 
     /// Bytes used by cells and slots (what a compacted copy would use),
@@ -664,6 +669,11 @@ impl NodeBuilder {
         self.content = off;
         self.count += 1;
         Ok(())
+    }
+
+    /// True if a cell of `len` encoded bytes (and its slot) still fits.
+    pub fn fits(&self, len: usize) -> bool {
+        NODE_HEADER_LEN + (self.count + 1) * SLOT_LEN + len <= self.content
     }
 
     /// Sets the rightmost child of a branch.

@@ -1837,3 +1837,191 @@ fn store_debug_output_stays_small() {
         text.len()
     );
 }
+
+/// The leaves of a tree in key order (the walk visits children in order).
+fn leaves_in_order(s: &MemStore, root: &TreeRoot) -> Vec<PageId> {
+    let mut leaves = Vec::new();
+    walk(s, root, &mut |id, _, ty| {
+        if ty == PageType::Leaf {
+            leaves.push(id);
+        }
+    })
+    .unwrap();
+    leaves
+}
+
+/// A repack copies every entry (inline and overflow values) into new
+/// leaves filled until the next entry would not fit, frees exactly the
+/// old tree's runs, and keeps the count; trees of 0, 1 and a few entries
+/// too.
+#[test]
+fn repack_copies_every_entry_into_full_new_pages() {
+    for (seed, n) in [
+        (0u64, 0usize),
+        (1, 1),
+        (2, 5),
+        (3, 300),
+        (4, 3000),
+        (5, 6000),
+    ] {
+        let (mut rng, mut s, mut root, mut model) = committed_tree(910 + seed, n);
+        // Removing a third leaves the leaves part empty.
+        let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+        for k in keys.iter().step_by(3) {
+            remove(&mut s, &mut root, k).unwrap();
+            model.remove(k);
+        }
+        if n > 0 {
+            let (k, v) = (gen_key(&mut rng), value_of(9000, seed));
+            insert(&mut s, &mut root, &k, &v).unwrap();
+            model.insert(k, v);
+        }
+        s.commit();
+        let (_, old_runs, old_types) = walk_all(&s, &root);
+        let frees_before = s.frees;
+        let (new, freed) = repack(&mut s, &root).unwrap();
+        s.commit();
+        let old_pages: u64 = old_runs.values().map(|&p| u64::from(p)).sum();
+        assert_eq!(freed, old_pages, "seed {seed}: pages freed");
+        assert_eq!(s.frees - frees_before, old_runs.len() as u64, "seed {seed}");
+        // The store's live pages are exactly the new tree's: the old tree
+        // is gone, nothing leaked.
+        let types = check_store(&s, &new);
+        check_model(&s, &new, &model);
+        assert!(
+            types[0] <= old_types[0],
+            "seed {seed}: more leaves than before"
+        );
+        assert_eq!(types[2], old_types[2], "seed {seed}: overflow runs");
+        let leaves = leaves_in_order(&s, &new);
+        for w in leaves.windows(2) {
+            let (a, b) = (s.read_page(w[0]).unwrap(), s.read_page(w[1]).unwrap());
+            let a = node::NodeRef::parse(&a, w[0], PS).unwrap();
+            let b = node::NodeRef::parse(&b, w[1], PS).unwrap();
+            let next = b.leaf_cell_raw(0).unwrap().1.len() + node::SLOT_LEN;
+            assert!(
+                a.used() + next > node::usable(PS),
+                "seed {seed}: leaf {} took {} bytes and left room for the next entry",
+                w[0],
+                a.used()
+            );
+        }
+    }
+}
+
+/// Writes `id` as child `i` of the branch `page` (bypassing the store).
+fn corrupt_child(s: &mut MemStore, page: PageId, i: usize, id: PageId) {
+    let bytes = s.read_page(page).unwrap();
+    let off = crate::format::codec::read_u16(bytes.bytes(), node::NODE_HEADER_LEN + i * 2) as usize;
+    for (j, b) in id.0.to_le_bytes().into_iter().enumerate() {
+        s.corrupt(page, off + j, b);
+    }
+}
+
+/// A page reachable twice (repeated keys) and an overflow run two cells
+/// name (same length, so each copy succeeds) are `Corrupted`, and the old
+/// tree is left whole: nothing is freed.
+#[test]
+fn repack_refuses_a_tree_with_a_page_reachable_twice() {
+    let (_, base, root, _) = committed_tree(920, 3000);
+    let root_id = root.root.unwrap();
+    let mut s = base.clone();
+    let first = {
+        let page = s.read_page(root_id).unwrap();
+        node::NodeRef::parse(&page, root_id, PS)
+            .unwrap()
+            .child(0)
+            .unwrap()
+    };
+    corrupt_child(&mut s, root_id, 1, first);
+    let frees = s.frees;
+    let e = repack(&mut s, &root).unwrap_err();
+    assert!(e.is_corrupted(), "{e}");
+    assert_eq!(s.frees, frees, "a failed repack freed pages");
+
+    let mut s = MemStore::new(PS);
+    let mut root = TreeRoot::default();
+    for k in 0u32..40 {
+        insert(
+            &mut s,
+            &mut root,
+            &k.to_be_bytes(),
+            &value_of(6000, u64::from(k)),
+        )
+        .unwrap();
+    }
+    s.commit();
+    // Cell 1's overflow pointer is set to cell 0's run.
+    let leaf = leaves_in_order(&s, &root)[0];
+    let (ptr_off, run0) = {
+        let page = s.read_page(leaf).unwrap();
+        let n = node::NodeRef::parse(&page, leaf, PS).unwrap();
+        let c0 = n.leaf_cell(0).unwrap();
+        let c1 = n.leaf_cell(1).unwrap();
+        let node::ValueLoc::Overflow { id, .. } = c0.value else {
+            panic!("an inline value of 6000 bytes")
+        };
+        (c1.key_off + c1.key.len(), id)
+    };
+    for (j, b) in run0.0.to_le_bytes().into_iter().enumerate() {
+        s.corrupt(leaf, ptr_off + j, b);
+    }
+    let frees = s.frees;
+    let e = repack(&mut s, &root).unwrap_err();
+    assert!(e.is_corrupted(), "{e}");
+    assert_eq!(s.frees, frees, "a failed repack freed pages");
+}
+
+/// Repacking a tree with flipped bytes gives `Corrupted` with nothing
+/// freed, or a tree that walks clean; never a panic.
+#[test]
+fn repack_of_a_corrupted_tree_never_panics_nor_frees_on_failure() {
+    let (mut rng, base, root, _) = committed_tree(930, 1500);
+    let runs: Vec<(PageId, u32)> = base.live().iter().map(|(a, b)| (*a, *b)).collect();
+    let (mut failed, mut copied) = (0, 0);
+    for _ in 0..300 {
+        let mut s = base.clone();
+        s.lenient = true;
+        for _ in 0..rng.gen_range(1..5) {
+            let (id, npages) = runs[rng.gen_range(0..runs.len())];
+            let off = rng.gen_range(0..(npages as usize * PS).min(300));
+            s.corrupt(id, off, rng.gen());
+        }
+        let frees = s.frees;
+        match repack(&mut s, &root) {
+            Ok((new, _)) => {
+                walk(&s, &new, &mut |_, _, _| {}).unwrap();
+                copied += 1;
+            }
+            Err(e) => {
+                assert!(e.is_corrupted(), "{e}");
+                assert_eq!(s.frees, frees, "a failed repack freed pages");
+                failed += 1;
+            }
+        }
+    }
+    eprintln!("repack of corrupted trees: {failed} failed, {copied} copied");
+    assert!(failed > 50, "only {failed} of 300 corruptions detected");
+}
+
+/// A repack of a tree the same transaction changed before (some of its
+/// pages private, as after a fold of the buffer into it) frees those
+/// pages too and copies the changed contents.
+#[test]
+fn repack_after_changes_in_the_same_transaction() {
+    let (mut rng, mut s, mut root, mut model) = committed_tree(940, 2000);
+    for _ in 0..300 {
+        let (k, v) = (gen_key(&mut rng), gen_value(&mut rng));
+        insert(&mut s, &mut root, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    let (_, old_runs, _) = walk_all(&s, &root);
+    assert!(
+        old_runs.keys().any(|&id| s.is_private(id)),
+        "the changes left no private page"
+    );
+    let (new, freed) = repack(&mut s, &root).unwrap();
+    assert_eq!(freed, old_runs.values().map(|&p| u64::from(p)).sum::<u64>());
+    check_store(&s, &new);
+    check_model(&s, &new, &model);
+}

@@ -52,9 +52,6 @@ pub(crate) struct RoundOutcome {
     pub next: Option<(TableId, Arc<[u8]>)>,
 }
 
-/// Entries a repacking compaction holds in memory at once, in bytes.
-pub(crate) const REPACK_BATCH_BYTES: u64 = 8 << 20;
-
 /// `Corrupted` unless a tree's entry count is `expected`: reads and writes
 /// of the tree disagreed on which keys exist (a tree the file damaged).
 fn check_count(what: &str, root: &TreeRoot, expected: i128) -> Result<()> {
@@ -836,40 +833,23 @@ impl WriteState {
     }
 
     /// Full compaction: rebuilds every table tree with its pages packed
-    /// (entries read in order, applied to a new tree as appending batches
-    /// of at most [`REPACK_BATCH_BYTES`]), then frees the old tree; the
-    /// allocator's limit keeps the new pages below page `limit`. Then the
-    /// catalog moves below it too. Returns the pages the old trees held.
+    /// ([`btree::repack`]: entries streamed in key order into full new
+    /// leaves), freeing the old tree; the allocator's limit keeps the new
+    /// pages below page `limit`. Then the catalog moves below it too.
+    /// Returns the pages the old trees held.
     pub fn repack_trees(&mut self, limit: crate::types::PageId) -> Result<u64> {
         self.fold_base()?;
         let mut old_pages = 0;
         for name in list_catalog(&self.pages, &self.catalog)? {
             self.load_table(&name)?;
-            let mut old = self.tables[&name].root();
-            let mut new = TreeRoot::default();
-            let mut cursor = btree::Cursor::all(&old);
-            // The entries as bytes of the old tree's pages (which the
-            // batch keeps in memory): no allocation per entry.
-            let mut batch: Vec<(btree::KeyRef, Option<btree::ValueRef>)> = Vec::new();
-            let mut bytes = 0u64;
-            loop {
-                let next = cursor.next(&self.pages)?;
-                let flush = next.is_none() || bytes >= REPACK_BATCH_BYTES;
-                if flush && !batch.is_empty() {
-                    btree::apply_sorted(&mut self.pages, &mut new, &batch)?;
-                    batch.clear();
-                    bytes = 0;
-                }
-                let Some((k, v)) = next else { break };
-                bytes += (k.as_slice().len() + v.as_slice().len()) as u64;
-                batch.push((k, Some(v)));
-            }
+            let old = self.tables[&name].root();
+            let (new, freed) = btree::repack(&mut self.pages, &old)?;
             check_count(
                 &format!("table {name:?} repacked"),
                 &new,
                 i128::from(old.len),
             )?;
-            old_pages += btree::clear(&mut self.pages, &mut old)?;
+            old_pages += freed;
             self.tables
                 .get_mut(&name)
                 .expect("loaded above")

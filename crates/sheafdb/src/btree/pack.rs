@@ -1,0 +1,226 @@
+//! Rebuilding a whole tree as a packed copy (compaction's repack).
+//!
+//! Owns: [`repack`], which streams the entries of a tree, in key order,
+//! leaf by leaf, into new leaves filled to the brim, builds the branch
+//! levels above them, and then frees the old tree. Inline cells are copied
+//! as their encoded bytes; a value in an overflow run gets a new run (the
+//! old one is freed with its tree), so every page of the result is new.
+//!
+//! It replaces applying the entries as appending sorted batches
+//! (`apply_sorted`), which decoded, checked and sized each entry five or
+//! six times and took about 1 µs per entry (`examples/removal_space`:
+//! 530 ms of a 1.2 s `compact()` for 500,000 entries).
+//!
+//! Invariants: nothing is freed unless the whole old tree was read and
+//! every entry copied (a corrupt old tree leaves it as it was; the pages
+//! the copy allocated are the transaction's, rolled back with it); keys
+//! strictly increase across the whole copy, or the copy fails with
+//! `Corrupted` (a page reachable twice repeats keys); no page or overflow
+//! run of the old tree is freed twice (runs reachable twice are
+//! `Corrupted`); the copy's entry count is the old tree's.
+//!
+//! Must not know: transactions, allocators' limits (the store's `alloc`
+//! decides where the pages go), files.
+
+use super::batch::grow_root;
+use super::mutate::{check_limits, NewValue};
+use super::node::{shortest_separator, NewCell, NodeBuilder, NodeRef, ValueLoc};
+use super::store::PageWrite;
+use super::{child_level, read_node_for, read_overflow, TreeRoot};
+use crate::error::{Error, Result};
+use crate::format::page::{pages_for_payload, PageBytes as _, HEADER_LEN};
+use crate::types::PageId;
+
+/// Builds a packed copy of the tree `old` in pages `store` allocates,
+/// frees the old tree, and returns the copy's root and the pages freed.
+pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(TreeRoot, u64)> {
+    let Some(root_id) = old.root else {
+        if old.len != 0 {
+            return Err(Error::corrupted(
+                format!("an empty tree counts {} entries", old.len),
+                "tree root",
+            ));
+        }
+        return Ok((TreeRoot::default(), 0));
+    };
+    let mut packer = Packer::new(store.page_size());
+    let mut old_runs = Vec::new();
+    copy_subtree(store, &mut packer, root_id, None, &mut old_runs)?;
+
+    let new = packer.finish(store)?;
+    if new.len != old.len {
+        return Err(Error::corrupted_page(
+            root_id,
+            format!("tree holds {} entries, its count says {}", new.len, old.len),
+        ));
+    }
+    debug_assert!(
+        new.root.is_none_or(|r| store.is_private(r)),
+        "a repacked root that is not the transaction's"
+    );
+    check_disjoint(&mut old_runs)?;
+    let mut freed = 0;
+    // (Old pages may be private: the transaction may have written the
+    // old tree before, e.g. folding a buffer into it.)
+    for (id, npages) in old_runs {
+        store.free(id, npages);
+        freed += u64::from(npages);
+    }
+    Ok((new, freed))
+}
+
+/// Copies the entries of the subtree at `id` (expected at `level`; `None`
+/// for the root) into `packer`, recording its pages and overflow runs in
+/// `old_runs`. Recursion depth is bounded by the levels, which strictly
+/// decrease (at most 64).
+fn copy_subtree<S: PageWrite + ?Sized>(
+    store: &mut S,
+    packer: &mut Packer,
+    id: PageId,
+    level: Option<u8>,
+    old_runs: &mut Vec<(PageId, u32)>,
+) -> Result<()> {
+    let ps = store.page_size();
+    let page = read_node_for(&*store, id, level, false)?;
+    let node = NodeRef::parse(&page, id, ps)?;
+    old_runs.push((id, 1));
+    if !node.is_leaf() {
+        let cl = child_level(id, node.level())?;
+        for i in 0..=node.count() {
+            copy_subtree(store, packer, node.child(i)?, Some(cl), old_runs)?;
+        }
+        return Ok(());
+    }
+    for i in 0..node.count() {
+        let (cell, bytes) = node.leaf_cell_raw(i)?;
+        match cell.value {
+            ValueLoc::Inline { start, end } => {
+                let value = page.bytes().get(start..end).unwrap_or_default();
+                check_limits(ps, cell.key, value)?;
+                let raw = NewCell::Raw { leaf: true, bytes };
+                packer.push(store, cell.key, &raw)?;
+            }
+            ValueLoc::Overflow { id: run, len } => {
+                let src = read_overflow(&*store, run, len)?;
+                old_runs.push((run, pages_for_payload(ps, len as usize)));
+                let value = src
+                    .bytes()
+                    .get(HEADER_LEN..HEADER_LEN + len as usize)
+                    .ok_or_else(|| Error::corrupted_page(run, "overflow value past its run"))?;
+                check_limits(ps, cell.key, value)?;
+                let stored = NewValue::store(store, cell.key, value)?;
+                packer.push(store, cell.key, &stored.cell(cell.key, value))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `Corrupted` if two of the old tree's runs share a page (a page or an
+/// overflow run reachable twice); sorts `runs`.
+fn check_disjoint(runs: &mut [(PageId, u32)]) -> Result<()> {
+    runs.sort_unstable_by_key(|&(id, _)| id);
+    debug_assert!(runs.windows(2).all(|w| w[0].0 <= w[1].0), "unsorted runs");
+    for w in runs.windows(2) {
+        let [(a, n), (b, _)] = [w[0], w[1]];
+        if a.0.saturating_add(u64::from(n)) > b.0 {
+            return Err(Error::corrupted_page(
+                b,
+                "page reachable twice from one tree",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The leaf being filled and the leaves finished so far.
+struct Packer {
+    ps: usize,
+    /// The leaf being filled, if any.
+    leaf: Option<NodeBuilder>,
+    /// Every leaf begun, in key order.
+    children: Vec<PageId>,
+    /// The separators between consecutive leaves.
+    seps: Vec<Vec<u8>>,
+    /// The last key pushed (for the order check and the separators).
+    last_key: Vec<u8>,
+    entries: u64,
+}
+
+impl Packer {
+    fn new(ps: usize) -> Packer {
+        Packer {
+            ps,
+            leaf: None,
+            children: Vec::new(),
+            seps: Vec::new(),
+            last_key: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Appends the entry `key` (encoded as `cell`) after the last one.
+    fn push<S: PageWrite + ?Sized>(
+        &mut self,
+        store: &mut S,
+        key: &[u8],
+        cell: &NewCell,
+    ) -> Result<()> {
+        if self.entries > 0 && key <= self.last_key.as_slice() {
+            let at = self.children.last().copied().unwrap_or(PageId(0));
+            return Err(Error::corrupted_page(at, "keys out of order in a repack"));
+        }
+        let full = (self.leaf.as_ref()).is_some_and(|b| !b.fits(cell.len()));
+        if full {
+            self.install_leaf(store);
+            self.seps
+                .push(shortest_separator(&self.last_key, key).to_vec());
+        }
+        if self.leaf.is_none() {
+            let id = store.alloc(1)?;
+            self.leaf = Some(NodeBuilder::new(self.ps, id, store.cf(), 0));
+            self.children.push(id);
+        }
+        if let Some(b) = self.leaf.as_mut() {
+            b.push(cell)?;
+        }
+        debug_assert!(self.leaf.is_some(), "an entry pushed without a leaf");
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Gives the leaf being filled to the store.
+    fn install_leaf<S: PageWrite + ?Sized>(&mut self, store: &mut S) {
+        if let Some(b) = self.leaf.take() {
+            let id = *self.children.last().expect("a leaf begun is listed");
+            store.install(id, b.finish());
+            debug_assert!(store.is_private(id), "a new leaf is private");
+        }
+    }
+
+    /// Installs the last leaf and builds the branch levels above the
+    /// leaves: the copy's root.
+    fn finish<S: PageWrite + ?Sized>(mut self, store: &mut S) -> Result<TreeRoot> {
+        self.install_leaf(store);
+        debug_assert_eq!(
+            self.children.len(),
+            (self.seps.len() + 1).min(self.entries as usize),
+            "one separator between two leaves"
+        );
+        let mut root = TreeRoot {
+            root: None,
+            len: self.entries,
+        };
+        if !self.children.is_empty() {
+            grow_root(store, &mut root, 0, self.children, self.seps)?;
+        }
+        debug_assert_eq!(
+            root.root.is_some(),
+            root.len > 0,
+            "a copy with entries has a root, an empty one none"
+        );
+        Ok(root)
+    }
+}
