@@ -1,0 +1,116 @@
+//! Concurrent durable writers, each on its own column family, in the
+//! shape of `sheaf-bench seed`'s writer rows: every writer commits
+//! `TXNS` transactions of 1,000 inserts (8-byte pseudo-random keys,
+//! 1 KiB values) with `Durability::Immediate`. Prints writes/s for 1, 2,
+//! 4 and 8 writers, with the WAL syncs, the writer stalls and the bytes
+//! buffered at the end. Prints figures; it is not a test.
+//!
+//! Run: `cargo run --release --example cf_writers [-- TXNS [FOLD_MIB LIMIT_MIB [DIR]]]`
+//!
+//! `TXNS` defaults to 20 (the seed suite's). `FOLD_MIB LIMIT_MIB` set
+//! `Builder::buffer_memory` (default: the library's defaults). Each
+//! writer count gets a new database in a new directory under `DIR`
+//! (default: the system temp dir), removed at the end.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use common::in_scratch_dir;
+use sheafdb::{Database, Durability, Result, TableDefinition};
+
+const ROWS: TableDefinition<u64, &[u8]> = TableDefinition::new("rows");
+const BATCH: u64 = 1_000;
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let number = |a: Option<String>| a.map(|s| s.parse::<u64>().expect("arguments are numbers"));
+    let txns = number(args.next()).unwrap_or(20);
+    let memory = match (number(args.next()), number(args.next())) {
+        (Some(fold), Some(limit)) => Some((fold << 20, limit << 20)),
+        _ => None,
+    };
+    in_scratch_dir("sheafdb-cf-writers", args.next(), |dir| {
+        println!("{txns} Immediate txns of {BATCH} x 1 KiB per writer, each writer on its own CF");
+        for writers in [1u64, 2, 4, 8] {
+            run(
+                &dir.join(format!("w{writers}.sheaf")),
+                writers,
+                txns,
+                memory,
+            )?;
+        }
+        Ok(())
+    })
+}
+
+fn run(path: &Path, writers: u64, txns: u64, memory: Option<(u64, u64)>) -> Result<()> {
+    let mut builder = Database::builder();
+    if let Some((fold, limit)) = memory {
+        builder = builder.buffer_memory(fold, limit);
+    }
+    let db = builder.create(path)?;
+    let cfs = (0..writers)
+        .map(|w| db.create_cf(&format!("w{w}")))
+        .collect::<Result<Vec<_>>>()?;
+    let syncs = db.wal_stats().syncs;
+    let value = vec![5u8; 1024];
+    // Nanoseconds all writers spent beginning, inserting and committing.
+    let phases: [AtomicU64; 3] = Default::default();
+    let start = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (cfs.iter().enumerate())
+            .map(|(w, cf)| {
+                let (value, phases) = (&value, &phases);
+                s.spawn(move || -> Result<()> {
+                    let lap = |i: usize, since: &mut Instant| {
+                        let ns = since.elapsed().as_nanos() as u64;
+                        phases[i].fetch_add(ns, Ordering::Relaxed);
+                        *since = Instant::now();
+                    };
+                    for t in 0..txns {
+                        let mut since = Instant::now();
+                        let mut tx = cf.begin_write()?;
+                        tx.set_durability(Durability::Immediate);
+                        lap(0, &mut since);
+                        {
+                            let mut table = tx.open_table(ROWS)?;
+                            for i in 0..BATCH {
+                                let k = ((w as u64) << 48 | t << 24 | i)
+                                    .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                                table.insert(k, value.as_slice())?;
+                            }
+                        }
+                        lap(1, &mut since);
+                        tx.commit()?;
+                        lap(2, &mut since);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("writer panicked")?;
+        }
+        Ok(())
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    let writes = (writers * txns * BATCH) as f64;
+    let mem = db.memory_stats();
+    let per_txn =
+        |i: usize| phases[i].load(Ordering::Relaxed) as f64 / (writers * txns) as f64 / 1e6;
+    println!(
+        "  {writers} writers: {:>8.0} writes/s  {:>6.1} ms  per txn: begin {:.2} ms, inserts {:.2} ms, commit {:.2} ms  {:>5} WAL syncs  {:>3} stalls  {:>4} MiB buffered",
+        writes / secs,
+        secs * 1e3,
+        per_txn(0),
+        per_txn(1),
+        per_txn(2),
+        db.wal_stats().syncs - syncs,
+        mem.buffer_stalls,
+        mem.buffered_bytes >> 20
+    );
+    Ok(())
+}
