@@ -142,8 +142,8 @@ impl Default for Options {
             checkpoint_interval: Duration::from_secs(30),
             background_checkpoints: true,
             buffer_fold_bytes: 32 << 20,
-            buffer_total_bytes: 128 << 20,
-            buffer_limit_bytes: 512 << 20,
+            buffer_total_bytes: 64 << 20,
+            buffer_limit_bytes: 128 << 20,
             fold_round_pages: None,
             txn_spill_bytes: crate::txn::SPILL_BYTES,
             fold_patience: Duration::from_secs(3),
@@ -483,8 +483,8 @@ impl Builder {
     }
 
     /// Memory bound of the write buffers over all column families
-    /// (design.md "Memory bound"): past `total_bytes` (default 128 MiB) the
-    /// background checkpointer folds them; `limit_bytes` (default 512 MiB)
+    /// (design.md "Memory bound"): past `total_bytes` (default 64 MiB) the
+    /// background checkpointer folds them; `limit_bytes` (default 128 MiB)
     /// is never exceeded: a writer beginning a transaction at ¾ of it
     /// stalls and folds the largest buffers itself, and a commit that
     /// would pass it writes its trees instead of buffering.
