@@ -17,7 +17,9 @@
 //! strictly increase across the whole copy, or the copy fails with
 //! `Corrupted` (a page reachable twice repeats keys); no page or overflow
 //! run of the old tree is freed twice (runs reachable twice are
-//! `Corrupted`); the copy's entry count is the old tree's.
+//! `Corrupted`), nor one the copy took (a committed old page that an
+//! allocation of the copy handed out, because the file's free space named
+//! it, is `Corrupted`); the copy's entry count is the old tree's.
 //!
 //! Must not know: transactions, allocators' limits (the store's `alloc`
 //! decides where the pages go), files.
@@ -46,7 +48,6 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
     let mut packer = Packer::new(store.page_size());
     let mut old_runs = Vec::new();
     copy_subtree(store, &mut packer, root_id, None, &mut old_runs)?;
-
     let new = packer.finish(store)?;
     if new.len != old.len {
         return Err(Error::corrupted_page(
@@ -59,10 +60,18 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
         "a repacked root that is not the transaction's"
     );
     check_disjoint(&mut old_runs)?;
+    // A page that was committed when it was read and is private now was
+    // handed out by an allocation of the copy: the file's free space
+    // names a live page, and freeing it would free a page the copy uses.
+    if let Some(&(id, _, _)) =
+        (old_runs.iter()).find(|&&(id, _, committed)| committed && store.is_private(id))
+    {
+        return Err(Error::corrupted_page(id, "free space names a live page"));
+    }
     let mut freed = 0;
     // (Old pages may be private: the transaction may have written the
     // old tree before, e.g. folding a buffer into it.)
-    for (id, npages) in old_runs {
+    for (id, npages, _) in old_runs {
         store.free(id, npages);
         freed += u64::from(npages);
     }
@@ -71,19 +80,20 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
 
 /// Copies the entries of the subtree at `id` (expected at `level`; `None`
 /// for the root) into `packer`, recording its pages and overflow runs in
-/// `old_runs`. Recursion depth is bounded by the levels, which strictly
+/// `old_runs`, each with whether it was committed (not the
+/// transaction's) when read. Recursion depth is bounded by the levels, which strictly
 /// decrease (at most 64).
 fn copy_subtree<S: PageWrite + ?Sized>(
     store: &mut S,
     packer: &mut Packer,
     id: PageId,
     level: Option<u8>,
-    old_runs: &mut Vec<(PageId, u32)>,
+    old_runs: &mut Vec<OldRun>,
 ) -> Result<()> {
     let ps = store.page_size();
     let page = read_node_for(&*store, id, level, false)?;
     let node = NodeRef::parse(&page, id, ps)?;
-    old_runs.push((id, 1));
+    old_runs.push((id, 1, !store.is_private(id)));
     if !node.is_leaf() {
         let cl = child_level(id, node.level())?;
         for i in 0..=node.count() {
@@ -102,7 +112,8 @@ fn copy_subtree<S: PageWrite + ?Sized>(
             }
             ValueLoc::Overflow { id: run, len } => {
                 let src = read_overflow(&*store, run, len)?;
-                old_runs.push((run, pages_for_payload(ps, len as usize)));
+                let npages = pages_for_payload(ps, len as usize);
+                old_runs.push((run, npages, !store.is_private(run)));
                 let value = src
                     .bytes()
                     .get(HEADER_LEN..HEADER_LEN + len as usize)
@@ -118,11 +129,11 @@ fn copy_subtree<S: PageWrite + ?Sized>(
 
 /// `Corrupted` if two of the old tree's runs share a page (a page or an
 /// overflow run reachable twice); sorts `runs`.
-fn check_disjoint(runs: &mut [(PageId, u32)]) -> Result<()> {
-    runs.sort_unstable_by_key(|&(id, _)| id);
+fn check_disjoint(runs: &mut [OldRun]) -> Result<()> {
+    runs.sort_unstable_by_key(|&(id, _, _)| id);
     debug_assert!(runs.windows(2).all(|w| w[0].0 <= w[1].0), "unsorted runs");
     for w in runs.windows(2) {
-        let [(a, n), (b, _)] = [w[0], w[1]];
+        let [(a, n, _), (b, _, _)] = [w[0], w[1]];
         if a.0.saturating_add(u64::from(n)) > b.0 {
             return Err(Error::corrupted_page(
                 b,
@@ -132,6 +143,10 @@ fn check_disjoint(runs: &mut [(PageId, u32)]) -> Result<()> {
     }
     Ok(())
 }
+
+/// A page or overflow run of the old tree: first page, pages, and
+/// whether it was committed when the copy read it.
+type OldRun = (PageId, u32, bool);
 
 /// The leaf being filled and the leaves finished so far.
 struct Packer {

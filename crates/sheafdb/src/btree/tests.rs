@@ -2025,3 +2025,22 @@ fn repack_after_changes_in_the_same_transaction() {
     check_store(&s, &new);
     check_model(&s, &new, &model);
 }
+
+/// A file whose free space names a live page of the tree being repacked:
+/// an allocation of the copy hands out a leaf the copy has already read.
+/// The repack is `Corrupted` and frees nothing (freeing the old tree would
+/// free a page the copy now uses).
+#[test]
+fn repack_refuses_free_space_that_names_a_page_it_read() {
+    let (_, mut s, root, _) = committed_tree(950, 3000);
+    let first_leaf = leaves_in_order(&s, &root)[0];
+    assert!(!s.is_private(first_leaf));
+    // The copy's first allocation comes after the first leaf was read.
+    s.hand_out.push(first_leaf);
+    let frees = s.frees;
+    let r = repack(&mut s, &root);
+    assert!(s.hand_out.is_empty(), "the copy never allocated");
+    let e = r.expect_err("a repack over free space naming a live page succeeded");
+    assert!(e.is_corrupted(), "{e}");
+    assert_eq!(s.frees, frees, "a failed repack freed pages");
+}
