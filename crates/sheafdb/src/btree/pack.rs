@@ -15,11 +15,13 @@
 //! every entry copied (a corrupt old tree leaves it as it was; the pages
 //! the copy allocated are the transaction's, rolled back with it); keys
 //! strictly increase across the whole copy, or the copy fails with
-//! `Corrupted` (a page reachable twice repeats keys); no page or overflow
-//! run of the old tree is freed twice (runs reachable twice are
-//! `Corrupted`), nor one the copy took (a committed old page that an
-//! allocation of the copy handed out, because the file's free space named
-//! it, is `Corrupted`); the copy's entry count is the old tree's.
+//! `Corrupted`; a tree page reached twice is `Corrupted` at its second
+//! visit, so a shared subtree is never walked once per path); no page or
+//! overflow run of the old tree is freed twice (runs reachable twice are
+//! `Corrupted`), nor one the copy took (an old run that overlaps any run
+//! the copy allocated, because the file's free space named it, is
+//! `Corrupted`: the copy may have read its own bytes there); the copy's
+//! entry count is the old tree's.
 //!
 //! Must not know: transactions, allocators' limits (the store's `alloc`
 //! decides where the pages go), files.
@@ -27,11 +29,14 @@
 use super::batch::grow_root;
 use super::mutate::{check_limits, NewValue};
 use super::node::{shortest_separator, NewCell, NodeBuilder, NodeRef, ValueLoc};
-use super::store::PageWrite;
+use super::store::{PageRead, PageWrite};
 use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
-use crate::format::page::{pages_for_payload, PageBytes as _, HEADER_LEN};
-use crate::types::PageId;
+use crate::format::page::{
+    pages_for_payload, PageBuf, PageBytes as _, PageHandle, PageOwned, PageRef, HEADER_LEN,
+};
+use crate::types::{CfId, PageId};
+use std::collections::HashSet;
 
 /// Builds a packed copy of the tree `old` in pages `store` allocates,
 /// frees the old tree, and returns the copy's root and the pages freed.
@@ -47,8 +52,24 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
     };
     let mut packer = Packer::new(store.page_size());
     let mut old_runs = Vec::new();
-    copy_subtree(store, &mut packer, root_id, None, &mut old_runs)?;
-    let new = packer.finish(store)?;
+    let mut copy = Recording {
+        inner: store,
+        allocated: Vec::new(),
+    };
+    let mut seen = HashSet::new();
+    copy_subtree(
+        &mut copy,
+        &mut packer,
+        root_id,
+        None,
+        &mut old_runs,
+        &mut seen,
+    )?;
+    let new = packer.finish(&mut copy)?;
+    let Recording {
+        inner: store,
+        mut allocated,
+    } = copy;
     if new.len != old.len {
         return Err(Error::corrupted_page(
             root_id,
@@ -60,18 +81,17 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
         "a repacked root that is not the transaction's"
     );
     check_disjoint(&mut old_runs)?;
-    // A page that was committed when it was read and is private now was
-    // handed out by an allocation of the copy: the file's free space
-    // names a live page, and freeing it would free a page the copy uses.
-    if let Some(&(id, _, _)) =
-        (old_runs.iter()).find(|&&(id, _, committed)| committed && store.is_private(id))
-    {
+    // An old run the copy's allocations handed out (the file's free space
+    // names a live page): the copy may have read its own bytes there, and
+    // freeing the old tree would free a page the copy uses.
+    allocated.sort_unstable_by_key(|&(id, _)| id);
+    if let Some(id) = first_overlap(&old_runs, &allocated) {
         return Err(Error::corrupted_page(id, "free space names a live page"));
     }
     let mut freed = 0;
     // (Old pages may be private: the transaction may have written the
     // old tree before, e.g. folding a buffer into it.)
-    for (id, npages, _) in old_runs {
+    for (id, npages) in old_runs {
         store.free(id, npages);
         freed += u64::from(npages);
     }
@@ -80,24 +100,33 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
 
 /// Copies the entries of the subtree at `id` (expected at `level`; `None`
 /// for the root) into `packer`, recording its pages and overflow runs in
-/// `old_runs`, each with whether it was committed (not the
-/// transaction's) when read. Recursion depth is bounded by the levels, which strictly
-/// decrease (at most 64).
+/// `old_runs`. A tree page reached twice is `Corrupted` at once (an
+/// empty subtree shared by many parents has no keys to repeat, and
+/// visiting it again for every path would take exponential time).
+/// Recursion depth is bounded by the levels, which strictly decrease
+/// (at most 64).
 fn copy_subtree<S: PageWrite + ?Sized>(
     store: &mut S,
     packer: &mut Packer,
     id: PageId,
     level: Option<u8>,
-    old_runs: &mut Vec<OldRun>,
+    old_runs: &mut Vec<(PageId, u32)>,
+    seen: &mut HashSet<PageId>,
 ) -> Result<()> {
+    if !seen.insert(id) {
+        return Err(Error::corrupted_page(
+            id,
+            "page reachable twice from one tree",
+        ));
+    }
     let ps = store.page_size();
     let page = read_node_for(&*store, id, level, false)?;
     let node = NodeRef::parse(&page, id, ps)?;
-    old_runs.push((id, 1, !store.is_private(id)));
+    old_runs.push((id, 1));
     if !node.is_leaf() {
         let cl = child_level(id, node.level())?;
         for i in 0..=node.count() {
-            copy_subtree(store, packer, node.child(i)?, Some(cl), old_runs)?;
+            copy_subtree(store, packer, node.child(i)?, Some(cl), old_runs, seen)?;
         }
         return Ok(());
     }
@@ -112,8 +141,7 @@ fn copy_subtree<S: PageWrite + ?Sized>(
             }
             ValueLoc::Overflow { id: run, len } => {
                 let src = read_overflow(&*store, run, len)?;
-                let npages = pages_for_payload(ps, len as usize);
-                old_runs.push((run, npages, !store.is_private(run)));
+                old_runs.push((run, pages_for_payload(ps, len as usize)));
                 let value = src
                     .bytes()
                     .get(HEADER_LEN..HEADER_LEN + len as usize)
@@ -129,11 +157,11 @@ fn copy_subtree<S: PageWrite + ?Sized>(
 
 /// `Corrupted` if two of the old tree's runs share a page (a page or an
 /// overflow run reachable twice); sorts `runs`.
-fn check_disjoint(runs: &mut [OldRun]) -> Result<()> {
-    runs.sort_unstable_by_key(|&(id, _, _)| id);
+fn check_disjoint(runs: &mut [(PageId, u32)]) -> Result<()> {
+    runs.sort_unstable_by_key(|&(id, _)| id);
     debug_assert!(runs.windows(2).all(|w| w[0].0 <= w[1].0), "unsorted runs");
     for w in runs.windows(2) {
-        let [(a, n, _), (b, _, _)] = [w[0], w[1]];
+        let [(a, n), (b, _)] = [w[0], w[1]];
         if a.0.saturating_add(u64::from(n)) > b.0 {
             return Err(Error::corrupted_page(
                 b,
@@ -144,9 +172,77 @@ fn check_disjoint(runs: &mut [OldRun]) -> Result<()> {
     Ok(())
 }
 
-/// A page or overflow run of the old tree: first page, pages, and
-/// whether it was committed when the copy read it.
-type OldRun = (PageId, u32, bool);
+/// The first page of a run of `a` that shares a page with a run of `b`
+/// (both sorted by first page; `b`'s runs are disjoint, as allocations).
+fn first_overlap(a: &[(PageId, u32)], b: &[(PageId, u32)]) -> Option<PageId> {
+    debug_assert!(a.windows(2).all(|w| w[0].0 <= w[1].0), "old runs unsorted");
+    debug_assert!(
+        b.windows(2).all(|w| w[0].0 < w[1].0),
+        "allocations unsorted"
+    );
+    let end = |&(id, n): &(PageId, u32)| id.0.saturating_add(u64::from(n));
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if end(&a[i]) <= b[j].0 .0 {
+            i += 1;
+        } else if end(&b[j]) <= a[i].0 .0 {
+            j += 1;
+        } else {
+            return Some(a[i].0);
+        }
+    }
+    None
+}
+
+/// The store as the copy uses it, recording every run it allocates (to
+/// check them against the old tree's runs before anything is freed).
+struct Recording<'s, S: ?Sized> {
+    inner: &'s mut S,
+    allocated: Vec<(PageId, u32)>,
+}
+
+impl<S: PageWrite + ?Sized> PageRead for Recording<'_, S> {
+    fn page_size(&self) -> usize {
+        self.inner.page_size()
+    }
+
+    fn cf(&self) -> CfId {
+        self.inner.cf()
+    }
+
+    fn read_run(&self, id: PageId, npages: u32) -> Result<PageRef> {
+        self.inner.read_run(id, npages)
+    }
+
+    fn read_handle(&self, id: PageId, npages: u32) -> Result<PageHandle> {
+        self.inner.read_handle(id, npages)
+    }
+}
+
+impl<S: PageWrite + ?Sized> PageWrite for Recording<'_, S> {
+    fn is_private(&self, id: PageId) -> bool {
+        self.inner.is_private(id)
+    }
+
+    fn alloc(&mut self, npages: u32) -> Result<PageId> {
+        debug_assert!(npages > 0, "an empty allocation");
+        let id = self.inner.alloc(npages)?;
+        self.allocated.push((id, npages));
+        Ok(id)
+    }
+
+    fn install(&mut self, id: PageId, page: PageOwned) {
+        self.inner.install(id, page);
+    }
+
+    fn get_mut(&mut self, id: PageId) -> Result<&mut PageBuf> {
+        self.inner.get_mut(id)
+    }
+
+    fn free(&mut self, id: PageId, npages: u32) {
+        self.inner.free(id, npages);
+    }
+}
 
 /// The leaf being filled and the leaves finished so far.
 struct Packer {
