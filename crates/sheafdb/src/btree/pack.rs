@@ -30,6 +30,7 @@ use super::batch::grow_root;
 use super::mutate::{check_limits, NewValue};
 use super::node::{shortest_separator, NewCell, NodeBuilder, NodeRef, ValueLoc};
 use super::store::{PageRead, PageWrite};
+use super::walk::mark;
 use super::{child_level, read_node_for, read_overflow, TreeRoot};
 use crate::error::{Error, Result};
 use crate::format::page::{
@@ -80,7 +81,8 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
         new.root.is_none_or(|r| store.is_private(r)),
         "a repacked root that is not the transaction's"
     );
-    check_disjoint(&mut old_runs)?;
+    // Disjoint: `mark` refused any page reached twice.
+    old_runs.sort_unstable_by_key(|&(id, _)| id);
     // An old run the copy's allocations handed out (the file's free space
     // names a live page): the copy may have read its own bytes there, and
     // freeing the old tree would free a page the copy uses.
@@ -100,7 +102,8 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
 
 /// Copies the entries of the subtree at `id` (expected at `level`; `None`
 /// for the root) into `packer`, recording its pages and overflow runs in
-/// `old_runs`. A tree page reached twice is `Corrupted` at once (an
+/// `old_runs`. A page or overflow run reached twice is `Corrupted` at
+/// once (`walk::mark`, as in `clear`; an
 /// empty subtree shared by many parents has no keys to repeat, and
 /// visiting it again for every path would take exponential time).
 /// Recursion depth is bounded by the levels, which strictly decrease
@@ -113,12 +116,7 @@ fn copy_subtree<S: PageWrite + ?Sized>(
     old_runs: &mut Vec<(PageId, u32)>,
     seen: &mut HashSet<PageId>,
 ) -> Result<()> {
-    if !seen.insert(id) {
-        return Err(Error::corrupted_page(
-            id,
-            "page reachable twice from one tree",
-        ));
-    }
+    mark(seen, id, 1)?;
     let ps = store.page_size();
     let page = read_node_for(&*store, id, level, false)?;
     let node = NodeRef::parse(&page, id, ps)?;
@@ -141,7 +139,9 @@ fn copy_subtree<S: PageWrite + ?Sized>(
             }
             ValueLoc::Overflow { id: run, len } => {
                 let src = read_overflow(&*store, run, len)?;
-                old_runs.push((run, pages_for_payload(ps, len as usize)));
+                let npages = pages_for_payload(ps, len as usize);
+                mark(seen, run, npages)?;
+                old_runs.push((run, npages));
                 let value = src
                     .bytes()
                     .get(HEADER_LEN..HEADER_LEN + len as usize)
@@ -150,23 +150,6 @@ fn copy_subtree<S: PageWrite + ?Sized>(
                 let stored = NewValue::store(store, cell.key, value)?;
                 packer.push(store, cell.key, &stored.cell(cell.key, value))?;
             }
-        }
-    }
-    Ok(())
-}
-
-/// `Corrupted` if two of the old tree's runs share a page (a page or an
-/// overflow run reachable twice); sorts `runs`.
-fn check_disjoint(runs: &mut [(PageId, u32)]) -> Result<()> {
-    runs.sort_unstable_by_key(|&(id, _)| id);
-    debug_assert!(runs.windows(2).all(|w| w[0].0 <= w[1].0), "unsorted runs");
-    for w in runs.windows(2) {
-        let [(a, n), (b, _)] = [w[0], w[1]];
-        if a.0.saturating_add(u64::from(n)) > b.0 {
-            return Err(Error::corrupted_page(
-                b,
-                "page reachable twice from one tree",
-            ));
         }
     }
     Ok(())

@@ -24,7 +24,7 @@ use crate::format::page::{PageBytes as _, PageType};
 use crate::types::PageId;
 
 /// Marks the `npages` pages of the run at `id` as seen; fails if any was.
-fn mark(seen: &mut HashSet<PageId>, id: PageId, npages: u32) -> Result<()> {
+pub(super) fn mark(seen: &mut HashSet<PageId>, id: PageId, npages: u32) -> Result<()> {
     for p in 0..npages as u64 {
         // A run's first page comes from a pointer in the file.
         let Some(page) = id.0.checked_add(p).map(PageId) else {
