@@ -11,7 +11,7 @@
 //! prints the rate of every 25,000 commits and its longest commit (with
 //! the bytes buffered and dirty after it), the slowest chunk, the whole
 //! run's rate and the writer stalls counted (`MemoryStats::buffer_stalls`).
-//! `FOLD_MIB LIMIT_MIB` set `Builder::buffer_memory` (default 64 and 128,
+//! `FOLD_MIB LIMIT_MIB` set `Builder::buffer_memory` (default 128 and 512,
 //! the library's defaults). The database lives in a new directory under
 //! `DIR` (default: the system temp dir), removed at the end.
 
@@ -32,8 +32,8 @@ fn main() -> Result<()> {
         a.map_or(default, |s| s.parse().expect("arguments are numbers"))
     };
     let commits = number(args.next(), 300_000);
-    let fold_mib = number(args.next(), 64);
-    let limit_mib = number(args.next(), 128);
+    let fold_mib = number(args.next(), 128);
+    let limit_mib = number(args.next(), 512);
     in_scratch_dir("sheafdb-sustained-writes", args.next(), |dir| {
         run(dir, commits, fold_mib << 20, limit_mib << 20)
     })

@@ -197,6 +197,19 @@ impl DbShared {
             && st.pages.private_pages().saturating_mul(page) <= 2 * record_len as u64
     }
 
+    /// True if a transaction whose writes charge `charge` bytes to a
+    /// buffer is small enough to commit into one: at most
+    /// `txn_spill_bytes` (the bound a table's pending writes spill past,
+    /// counted here with the buffer's own overheads). A larger one writes
+    /// its trees at commit, each leaf once in key order, whatever room
+    /// the budget has: buffered, it would start a fold at once that does
+    /// the same work later, in rounds beside the snapshots open then, and
+    /// hold the memory meanwhile (design.md "Memory bound", *Too large to
+    /// buffer*).
+    pub(crate) fn bufferable_charge(&self, charge: u64) -> bool {
+        charge <= self.options.txn_spill_bytes
+    }
+
     /// Commits `st` without touching a page: its WAL record `payload` is
     /// appended and its write set inserted into the CF's buffer at the new
     /// version (design.md "Write buffer"). Publication, durability waits,
@@ -583,11 +596,13 @@ impl DbShared {
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
         // Buffered in every CF, or the trees are written in every CF.
-        let bufferable = logged && states.iter().all(|st| !st.needs_tree_commit());
         let total: u64 = states
             .iter()
             .map(|st| st.buffer_charge(KeyIndex::Build))
             .sum();
+        let bufferable = logged
+            && self.bufferable_charge(total)
+            && states.iter().all(|st| !st.needs_tree_commit());
         let reserved = bufferable.then(|| self.budget.reserve(total)).flatten();
         let buffered = reserved.is_some();
         if !buffered {

@@ -142,8 +142,8 @@ impl Default for Options {
             checkpoint_interval: Duration::from_secs(30),
             background_checkpoints: true,
             buffer_fold_bytes: 32 << 20,
-            buffer_total_bytes: 64 << 20,
-            buffer_limit_bytes: 128 << 20,
+            buffer_total_bytes: 128 << 20,
+            buffer_limit_bytes: 512 << 20,
             fold_round_pages: None,
             txn_spill_bytes: crate::txn::SPILL_BYTES,
             fold_patience: Duration::from_secs(3),
@@ -419,7 +419,11 @@ impl Builder {
     /// (no page touched; folded later in rounds that need free space for
     /// one round only), past it the rest of its writes go to the tree
     /// (one copy of every leaf they touch, at once): a larger value keeps
-    /// larger transactions buffered, at that much memory per table.
+    /// larger transactions buffered, at that much memory per table. A
+    /// transaction whose writes would charge the buffer more than this
+    /// (keys, values and the buffer's per-entry overheads, over all its
+    /// tables and CFs) commits to the trees, whatever room the buffer
+    /// has (design.md "Memory bound", *Too large to buffer*).
     pub fn txn_spill_bytes(mut self, bytes: u64) -> Self {
         self.options.txn_spill_bytes = bytes.max(1);
         self
@@ -483,8 +487,8 @@ impl Builder {
     }
 
     /// Memory bound of the write buffers over all column families
-    /// (design.md "Memory bound"): past `total_bytes` (default 64 MiB) the
-    /// background checkpointer folds them; `limit_bytes` (default 128 MiB)
+    /// (design.md "Memory bound"): past `total_bytes` (default 128 MiB) the
+    /// background checkpointer folds them; `limit_bytes` (default 512 MiB)
     /// is never exceeded: a writer beginning a transaction at ¾ of it
     /// stalls and folds the largest buffers itself, and a commit that
     /// would pass it writes its trees instead of buffering.

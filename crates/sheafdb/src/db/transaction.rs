@@ -626,18 +626,17 @@ impl WriteTransaction {
             .is_some_and(|p| self.shared.may_write_once(self.durability, p.len()))
             && st.fills_small_tables();
         // Past the database-wide buffer limit (the reservation fails),
-        // this commit folds the buffer itself.
+        // this commit folds the buffer itself; so does one too large to
+        // buffer (`DbShared::bufferable_charge`).
+        let charge = st.buffer_charge(KeyIndex::Build);
         let bufferable = !import
             && !st.needs_tree_commit()
+            && self.shared.bufferable_charge(charge)
             && payload
                 .as_ref()
                 .is_some_and(|p| p.len() as u64 <= self.shared.wal().options().max_record_bytes);
         let reserved = bufferable
-            .then(|| {
-                self.shared
-                    .budget
-                    .reserve(st.buffer_charge(KeyIndex::Build))
-            })
+            .then(|| self.shared.budget.reserve(charge))
             .flatten();
         if let (Some(r), Some(p)) = (reserved, &payload) {
             if st.writes.is_empty() {
