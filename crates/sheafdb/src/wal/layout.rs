@@ -596,6 +596,11 @@ impl Layout {
         Some(used >= (open.limit.0 - open.start.0) / 2)
     }
 
+    /// Where the open use starts (`None`: no open use).
+    pub fn open_start(&self) -> Option<Lsn> {
+        self.open.map(|o| o.start)
+    }
+
     /// True while a spare is being made (or a given-back file deleted:
     /// both mark a number with no file `busy`).
     #[cfg(test)]
@@ -603,10 +608,10 @@ impl Layout {
         self.slots.iter().any(|s| s.busy && !s.exists)
     }
 
-    /// Start of the open use, if any.
+    /// True if a spare was made and no use has taken it yet.
     #[cfg(test)]
-    pub fn open_start(&self) -> Option<Lsn> {
-        self.open.map(|o| o.start)
+    pub fn has_spare(&self) -> bool {
+        self.slots.iter().any(|s| s.spare && s.exists)
     }
 
     /// The spare reserved in `slot` was made (`made`: the file exists,

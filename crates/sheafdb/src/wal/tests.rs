@@ -1731,6 +1731,36 @@ fn a_slow_spare_does_not_delay_eventual_syncs() {
     );
 }
 
+/// The append that finds a spare due wakes the flusher: the spare is made
+/// long before the flusher's next tick (10 s here). At the tick alone, a
+/// log growing by 1 MiB commits reached the switch before its spare was
+/// made, and the switching commit zero-filled its file itself
+/// (`examples/cf_writers`).
+#[test]
+fn an_append_that_finds_a_spare_due_wakes_the_flusher() {
+    let sim = SimVfs::new();
+    let (wal, _) = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())).unwrap();
+    let wal = Arc::new(wal);
+    let flusher = wal
+        .start_flusher(Duration::from_secs(10), true, Box::new(|_| {}))
+        .unwrap();
+    let mut tag = 0;
+    while !wal.state.lock().layout.spare_due() {
+        append_n(&wal, tag, 1, &[700]);
+        tag += 1;
+    }
+    let asked = Instant::now();
+    while !wal.state.lock().layout.has_spare() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "no spare was made before the flusher's tick"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!wal.state.lock().layout.spare_due(), "a spare is still due");
+    drop(flusher);
+}
+
 /// Review finding (the variant the first fix missed): a spare left by a
 /// process crash is a header-less free file at reopen; taken by the
 /// reopened log's first use, with a later use recycling another file
