@@ -676,7 +676,7 @@ impl Wal {
     /// is gone, and exits after a failed sync (the WAL is then poisoned).
     /// With `spares`, it also starts a thread making a spare segment file
     /// when one is due ([`Wal::prepare_spare`]): at every tick, and when
-    /// an append finds one due ([`Wal::ask_for_spare`]); the flusher
+    /// an append finds one due (`Wal::ask_for_spare`); the flusher
     /// joins it before it ends.
     /// `Error::Io` if the thread cannot be spawned.
     pub fn start_flusher(
