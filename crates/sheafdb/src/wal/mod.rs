@@ -842,17 +842,23 @@ fn flusher_loop(
     let mut spare = SpareWorker(None);
     // Ticks keep their pace whatever wakes the loop between them: an
     // `Eventual` commit is synced within `interval` even while appends
-    // ask for spares.
-    let mut next_tick = Instant::now() + interval;
+    // ask for spares. An interval too long to add to the clock
+    // (`Duration::MAX`: never) has no tick at all.
+    let tick_after = |now: Instant| now.checked_add(interval);
+    let mut next_tick = tick_after(Instant::now());
     loop {
-        let tick = match wake.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+        let woken = match next_tick {
+            Some(t) => wake.recv_timeout(t.saturating_duration_since(Instant::now())),
+            None => wake.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let tick = match woken {
             Err(RecvTimeoutError::Timeout) => true,
             Ok(Wake::Spare) => false,
             Ok(Wake::Stop) | Err(RecvTimeoutError::Disconnected) => return,
         };
         let Some(wal) = wal.upgrade() else { return };
         if tick {
-            next_tick = Instant::now() + interval;
+            next_tick = tick_after(Instant::now());
             if wal.has_unsynced() {
                 if let Err(e) = wal.sync() {
                     on_error(&e);

@@ -1736,14 +1736,22 @@ fn a_slow_spare_does_not_delay_eventual_syncs() {
 /// log growing by 1 MiB commits reached the switch before its spare was
 /// made, and the switching commit zero-filled its file itself
 /// (`examples/cf_writers`).
+///
+/// Also with an interval past the end of the clock (`Duration::MAX`, a
+/// never-ticking flusher): the first version of the wake added it to the
+/// clock and panicked in the flusher thread, which then made no spare.
 #[test]
 fn an_append_that_finds_a_spare_due_wakes_the_flusher() {
+    for interval in [Duration::from_secs(10), Duration::MAX] {
+        spare_made_on_wake(interval);
+    }
+}
+
+fn spare_made_on_wake(interval: Duration) {
     let sim = SimVfs::new();
     let (wal, _) = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())).unwrap();
     let wal = Arc::new(wal);
-    let flusher = wal
-        .start_flusher(Duration::from_secs(10), true, Box::new(|_| {}))
-        .unwrap();
+    let flusher = wal.start_flusher(interval, true, Box::new(|_| {})).unwrap();
     let mut tag = 0;
     while !wal.state.lock().layout.spare_due() {
         append_n(&wal, tag, 1, &[700]);
@@ -1753,7 +1761,7 @@ fn an_append_that_finds_a_spare_due_wakes_the_flusher() {
     while !wal.state.lock().layout.has_spare() {
         assert!(
             asked.elapsed() < Duration::from_secs(5),
-            "no spare was made before the flusher's tick"
+            "{interval:?}: no spare was made before the flusher's tick"
         );
         thread::sleep(Duration::from_millis(1));
     }
