@@ -619,3 +619,83 @@ fn commits_racing_close_are_durable_or_refused() {
         }
     }
 }
+
+/// Threads of this process named like the WAL flusher or the background
+/// checkpointer (names cut to 15 bytes), by id.
+fn background_threads() -> Vec<String> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if ["sheafdb-wal-flu", "sheafdb-checkpo"].contains(&comm.trim_end()) {
+            ids.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    ids
+}
+
+/// CPU clock ticks (user + system) thread `id` used so far.
+fn thread_ticks(id: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{id}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    num(11) + num(12) // utime, stime (fields 14 and 15 of stat)
+}
+
+/// Extreme sync and checkpoint intervals: `Duration::ZERO` is clamped (a
+/// zero interval kept the flusher and the checkpointer spinning on a core
+/// while the database was idle), and `Duration::MAX` (no tick at all)
+/// neither panics a thread nor loses an `Eventual` commit across close
+/// and reopen.
+#[test]
+fn extreme_sync_intervals_neither_spin_nor_lose_commits() {
+    for every in [Duration::ZERO, Duration::MAX] {
+        let vfs = MemVfs::new();
+        let before = background_threads();
+        let db = builder()
+            .sync_interval(every)
+            .checkpoint_interval(every)
+            .durability(Durability::Eventual)
+            .create_with_vfs(Arc::new(vfs.clone()), "s.sheaf")
+            .unwrap();
+        // Ours, and any another test opened meanwhile (idle ones cost
+        // nothing measurable). A thread names itself once it runs.
+        let started = std::time::Instant::now();
+        let ours: Vec<String> = loop {
+            let new: Vec<String> = (background_threads().into_iter())
+                .filter(|id| !before.contains(id))
+                .collect();
+            if new.len() >= 2 {
+                break new;
+            }
+            let waited = started.elapsed();
+            assert!(
+                waited < Duration::from_secs(5),
+                "{every:?}: no flusher and checkpointer started"
+            );
+            thread::sleep(Duration::from_millis(1));
+        };
+        for k in 0..200 {
+            put(&db, k, 100).unwrap();
+        }
+        let ticks = || ours.iter().map(|id| thread_ticks(id)).sum::<u64>();
+        let start = ticks();
+        thread::sleep(Duration::from_millis(500));
+        let used = ticks() - start;
+        // A spinning thread takes most of 50 ticks (100 per second).
+        assert!(
+            used < 15,
+            "{every:?}: idle background threads used {used} ticks in 500 ms"
+        );
+        watchdog("close", move || db.close()).unwrap();
+        let db = builder()
+            .open_with_vfs(Arc::new(vfs.clone()), "s.sheaf")
+            .unwrap();
+        assert_eq!(keys(&db), (0..200).collect::<Vec<u64>>(), "{every:?}");
+    }
+}

@@ -345,6 +345,10 @@ pub struct MemoryStats {
     pub key_filter_builds: u64,
 }
 
+/// The shortest `Builder::sync_interval` and `checkpoint_interval`: a
+/// zero one kept a background thread spinning on a core.
+const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(1);
+
 /// Options for creating or opening a database.
 #[derive(Debug, Clone)]
 pub struct Builder {
@@ -376,9 +380,12 @@ impl Builder {
         self
     }
 
-    /// How soon `Eventual` commits are synced (default 50 ms).
+    /// How soon `Eventual` commits are synced (default 50 ms; at least 1
+    /// ms: a zero interval would keep the flusher thread spinning on a
+    /// core). `Duration::MAX` syncs them only at checkpoints, explicit
+    /// syncs and close.
     pub fn sync_interval(mut self, every: Duration) -> Self {
-        self.options.sync_interval = every;
+        self.options.sync_interval = every.max(MIN_SYNC_INTERVAL);
         self
     }
 
@@ -537,9 +544,10 @@ impl Builder {
         self
     }
 
-    /// Timer of the background checkpointer (default 30 s).
+    /// Timer of the background checkpointer (default 30 s; at least 1 ms,
+    /// as [`Builder::sync_interval`]).
     pub fn checkpoint_interval(mut self, every: Duration) -> Self {
-        self.options.checkpoint_interval = every;
+        self.options.checkpoint_interval = every.max(MIN_SYNC_INTERVAL);
         self
     }
 
