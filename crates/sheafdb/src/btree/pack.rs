@@ -69,7 +69,7 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
     let new = packer.finish(&mut copy)?;
     let Recording {
         inner: store,
-        mut allocated,
+        allocated,
     } = copy;
     if new.len != old.len {
         return Err(Error::corrupted_page(
@@ -81,13 +81,21 @@ pub fn repack<S: PageWrite + ?Sized>(store: &mut S, old: &TreeRoot) -> Result<(T
         new.root.is_none_or(|r| store.is_private(r)),
         "a repacked root that is not the transaction's"
     );
-    // Disjoint: `mark` refused any page reached twice.
+    // Disjoint: `mark` refused any page reached twice; freed in address
+    // order.
     old_runs.sort_unstable_by_key(|&(id, _)| id);
-    // An old run the copy's allocations handed out (the file's free space
-    // names a live page): the copy may have read its own bytes there, and
-    // freeing the old tree would free a page the copy uses.
-    allocated.sort_unstable_by_key(|&(id, _)| id);
-    if let Some(id) = first_overlap(&old_runs, &allocated) {
+    debug_assert!(
+        (old_runs.windows(2)).all(|w| w[0].0 .0.saturating_add(u64::from(w[0].1)) <= w[1].0 .0),
+        "old runs overlap though `mark` refused every page reached twice"
+    );
+    // A page of the old tree the copy's allocations handed out (the
+    // file's free space names a live page): the copy may have read its
+    // own bytes there, and freeing the old tree would free a page the
+    // copy uses. `seen` holds every page of the old tree.
+    let taken = allocated.iter().flat_map(|&(id, n)| {
+        (0..u64::from(n)).filter_map(move |p| id.0.checked_add(p).map(PageId))
+    });
+    if let Some(id) = taken.into_iter().find(|p| seen.contains(p)) {
         return Err(Error::corrupted_page(id, "free space names a live page"));
     }
     let mut freed = 0;
@@ -153,28 +161,6 @@ fn copy_subtree<S: PageWrite + ?Sized>(
         }
     }
     Ok(())
-}
-
-/// The first page of a run of `a` that shares a page with a run of `b`
-/// (both sorted by first page; `b`'s runs are disjoint, as allocations).
-fn first_overlap(a: &[(PageId, u32)], b: &[(PageId, u32)]) -> Option<PageId> {
-    debug_assert!(a.windows(2).all(|w| w[0].0 <= w[1].0), "old runs unsorted");
-    debug_assert!(
-        b.windows(2).all(|w| w[0].0 < w[1].0),
-        "allocations unsorted"
-    );
-    let end = |&(id, n): &(PageId, u32)| id.0.saturating_add(u64::from(n));
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if end(&a[i]) <= b[j].0 .0 {
-            i += 1;
-        } else if end(&b[j]) <= a[i].0 .0 {
-            j += 1;
-        } else {
-            return Some(a[i].0);
-        }
-    }
-    None
 }
 
 /// The store as the copy uses it, recording every run it allocates (to

@@ -2037,12 +2037,16 @@ fn repack_refuses_free_space_that_names_a_page_it_read() {
     assert!(!s.is_private(first_leaf));
     // The copy's first allocation comes after the first leaf was read.
     s.hand_out.push(first_leaf);
-    let frees = s.frees;
-    let r = repack(&mut s, &root);
+    assert_repack_refused(&mut s, &root, "free space naming a live page");
     assert!(s.hand_out.is_empty(), "the copy never allocated");
-    let e = r.expect_err("a repack over free space naming a live page succeeded");
-    assert!(e.is_corrupted(), "{e}");
-    assert_eq!(s.frees, frees, "a failed repack freed pages");
+}
+
+/// `repack` of `root` fails `Corrupted` (over `what`) and frees nothing.
+fn assert_repack_refused(s: &mut MemStore, root: &TreeRoot, what: &str) {
+    let frees = s.frees;
+    let e = repack(s, root).expect_err(&format!("a repack over {what} succeeded"));
+    assert!(e.is_corrupted(), "{what}: {e}");
+    assert_eq!(s.frees, frees, "{what}: a failed repack freed pages");
 }
 
 /// Free space that names an overflow run the copy has not read yet: the
@@ -2068,12 +2072,8 @@ fn repack_refuses_free_space_that_names_an_overflow_run_not_read_yet() {
         id
     };
     s.hand_out.push(last_run);
-    let frees = s.frees;
-    let r = repack(&mut s, &root);
+    assert_repack_refused(&mut s, &root, "free space naming a live run");
     assert!(s.hand_out.is_empty(), "the copy never allocated");
-    let e = r.expect_err("a repack over free space naming a live run succeeded");
-    assert!(e.is_corrupted(), "{e}");
-    assert_eq!(s.frees, frees, "a failed repack freed pages");
 }
 
 /// Branches whose children are all one page, level after level, down to
@@ -2105,8 +2105,5 @@ fn repack_refuses_a_shared_empty_subtree_at_once() {
         root: Some(below),
         len: 0,
     };
-    let frees = s.frees;
-    let e = repack(&mut s, &root).expect_err("a tree with a page reachable twice was copied");
-    assert!(e.is_corrupted(), "{e}");
-    assert_eq!(s.frees, frees, "a failed repack freed pages");
+    assert_repack_refused(&mut s, &root, "a page reachable twice");
 }
