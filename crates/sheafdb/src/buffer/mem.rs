@@ -694,6 +694,11 @@ impl MemBuffer {
         after: Version,
         through: Option<Version>,
     ) -> Vec<(TableId, Arc<[u8]>, Version, Slot)> {
+        // Nothing was written after `after` (a fold no commit overtook):
+        // no walk over every entry to find that out.
+        if self.versions().is_none_or(|(_, newest)| newest <= after) {
+            return Vec::new();
+        }
         let mut out: Vec<_> = self
             .map
             .iter()

@@ -696,3 +696,28 @@ fn readers_see_their_version(buf: MemBuffer) {
         assert!(r.join().unwrap() > 0);
     }
 }
+
+/// `entries_between` at the edges of a buffer's versions: nothing after
+/// the newest (answered without a walk), exactly the newest version's
+/// writes after the one before it, nothing from an empty buffer.
+#[test]
+fn entries_between_ends_at_the_newest_version() {
+    let empty = MemBuffer::new();
+    assert!(empty.entries_between(Version(0), None).is_empty());
+    let buf = MemBuffer::new();
+    for v in 1..=3u64 {
+        for k in [b"a", b"b"] {
+            let value: Arc<[u8]> = Arc::from(&[v as u8][..]);
+            buf.insert(TableId(1), k.to_vec(), Version(v), Some(value));
+        }
+    }
+    assert!(buf.entries_between(Version(3), None).is_empty());
+    assert!(buf.entries_between(Version(4), Some(Version(9))).is_empty());
+    let last = buf.entries_between(Version(2), None);
+    let got: Vec<(Vec<u8>, Version)> = last.iter().map(|e| (e.1.to_vec(), e.2)).collect();
+    assert_eq!(
+        got,
+        [(b"a".to_vec(), Version(3)), (b"b".to_vec(), Version(3))]
+    );
+    assert_eq!(buf.entries_between(Version(0), Some(Version(2))).len(), 4);
+}
