@@ -24,8 +24,8 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_skiplist::map::Entry;
-use crossbeam_skiplist::SkipMap;
+use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_skiplist::base::{Entry, SkipList};
 
 use super::filter::{hash, KeyFilter};
 use super::write_set::{self, WriteSet};
@@ -164,9 +164,13 @@ fn probe(table: TableId, pos: Pos<'_>, rev: u64) -> Probe<'_> {
 }
 
 /// One write buffer of a CF.
-#[derive(Default)]
 pub struct MemBuffer {
-    map: SkipMap<BufKey, Slot>,
+    /// The skip list itself, read through epoch guards rather than
+    /// counted entries: nothing is ever removed from it, so an entry a
+    /// guard reached stays valid as long as the buffer, and a walk pays no
+    /// reference-count update and no new pin per step (see
+    /// [`MemBuffer::newest_from`] for walks longer than one call).
+    map: SkipList<BufKey, Slot>,
     bytes: AtomicU64,
     entries: AtomicU64,
     /// Newest version inserted (0: none yet).
@@ -287,7 +291,42 @@ impl std::fmt::Debug for MemBuffer {
     }
 }
 
-type MapEntry<'a> = Entry<'a, BufKey, Slot>;
+type MapEntry<'a, 'g> = Entry<'a, 'g, BufKey, Slot>;
+
+/// Most writes [`MemBuffer::newest_from`] takes under one epoch guard: a
+/// fold walks a buffer of a million writes without holding the global
+/// epoch back for the whole walk. Its first chunk is
+/// [`NEWEST_FIRST_CHUNK`] and each next one twice the last, so a fold
+/// round that stops after a few writes (a round of one page) copies few
+/// more than it uses.
+const NEWEST_CHUNK: usize = 1024;
+const NEWEST_FIRST_CHUNK: usize = 8;
+
+/// One write as a fold reads it.
+type Newest4 = (TableId, Arc<[u8]>, Version, Slot);
+
+impl Default for MemBuffer {
+    fn default() -> MemBuffer {
+        MemBuffer {
+            map: SkipList::new(epoch::default_collector().clone()),
+            bytes: AtomicU64::default(),
+            entries: AtomicU64::default(),
+            newest: AtomicU64::default(),
+            oldest: AtomicU64::default(),
+            frozen: AtomicBool::default(),
+            filter: KeyFilter::default(),
+            index: papaya::HashMap::default(),
+            indexing: AtomicBool::default(),
+            complete: AtomicBool::default(),
+            backfill: parking_lot::Mutex::default(),
+            index_from: 0,
+            backfill_chunk: 0,
+            index_hint: 0,
+            #[cfg(test)]
+            index_mask: 0,
+        }
+    }
+}
 
 impl MemBuffer {
     /// An empty, writable buffer.
@@ -383,6 +422,7 @@ impl MemBuffer {
             table,
             version,
             filter: self.filter.adder(),
+            guard: epoch::pin(),
             mode: index,
             index: (self.indexing.load(Ordering::Acquire)).then(|| self.index.pin()),
             charge: 0,
@@ -435,7 +475,8 @@ impl MemBuffer {
             return found;
         }
         let p = probe(table, Pos::Key(key), u64::MAX - at.0);
-        let e = self.map.lower_bound(Bound::Included(&p as &dyn KeyView))?;
+        let guard = epoch::pin();
+        let e = (self.map).lower_bound(Bound::Included(&p as &dyn KeyView), &guard)?;
         let k = e.key();
         (k.table == table && *k.key == *key).then(|| e.value().clone())
     }
@@ -522,7 +563,8 @@ impl MemBuffer {
             Some((t, k, rev)) => Bound::Included(probe(*t, Pos::Key(k), *rev)),
         };
         let index = self.index.pin();
-        let mut cur = self.map.lower_bound(as_dyn(&start));
+        let guard = epoch::pin();
+        let mut cur = self.map.lower_bound(as_dyn(&start), &guard);
         let mut walked = 0;
         while let Some(e) = cur {
             let k = e.key();
@@ -622,10 +664,11 @@ impl MemBuffer {
             Bound::Excluded(k) => Bound::Excluded(probe(table, Pos::Key(k), u64::MAX)),
             Bound::Unbounded => Bound::Included(probe(table, Pos::Key(&[]), 0)),
         };
-        let mut cur = self.map.lower_bound(as_dyn(&start));
+        let guard = epoch::pin();
+        let mut cur = self.map.lower_bound(as_dyn(&start), &guard);
         // A key's versions come newest first: the first visible one is its
         // newest `≤ at`, the rest of the key is skipped.
-        let mut last: Option<MapEntry<'_>> = None;
+        let mut last: Option<MapEntry<'_, '_>> = None;
         while let Some(e) = cur {
             let k = e.key();
             if k.table != table || above(&k.key, hi) {
@@ -655,10 +698,11 @@ impl MemBuffer {
             Bound::Excluded(k) => Bound::Excluded(probe(table, Pos::Key(k), 0)),
             Bound::Unbounded => Bound::Excluded(probe(table, Pos::End, 0)),
         };
-        let mut cur = self.map.upper_bound(as_dyn(&start));
+        let guard = epoch::pin();
+        let mut cur = self.map.upper_bound(as_dyn(&start), &guard);
         // Going back, a key's versions come oldest first: the last visible
         // one seen before the key changes is the newest `≤ at`.
-        let mut best: Option<MapEntry<'_>> = None;
+        let mut best: Option<MapEntry<'_, '_>> = None;
         while let Some(e) = cur {
             let k = e.key();
             if k.table != table || below(&k.key, lo) {
@@ -681,7 +725,8 @@ impl MemBuffer {
     /// tombstones, at every version (a key filter's build: a superset of
     /// the keys a fold can put into the trees).
     pub fn visit_keys(&self, mut f: impl FnMut(TableId, &[u8])) {
-        for e in self.map.iter() {
+        let guard = epoch::pin();
+        for e in self.map.iter(&guard) {
             f(e.key().table, &e.key().key);
         }
     }
@@ -699,9 +744,8 @@ impl MemBuffer {
         if self.versions().is_none_or(|(_, newest)| newest <= after) {
             return Vec::new();
         }
-        let mut out: Vec<_> = self
-            .map
-            .iter()
+        let guard = epoch::pin();
+        let mut out: Vec<_> = (self.map.iter(&guard))
             .filter(|e| e.key().version() > after && through.is_none_or(|t| e.key().version() <= t))
             .map(|e| {
                 let k = e.key();
@@ -721,32 +765,63 @@ impl MemBuffer {
         at: Version,
         table: TableId,
         key: &[u8],
-    ) -> impl Iterator<Item = (TableId, Arc<[u8]>, Version, Slot)> + 'a {
-        let start = probe(table, Pos::Key(key), 0);
-        let first = self
-            .map
-            .lower_bound(Bound::Included(&start as &dyn KeyView));
-        // The entry last passed on: older versions of its key are skipped.
-        let mut last: Option<MapEntry<'a>> = None;
-        let mut cur = first;
+    ) -> impl Iterator<Item = Newest4> + 'a {
+        // Taken a chunk at a time, each under a guard of its own; the next
+        // chunk starts after every version of the last key taken.
+        let mut from = Some((table, Arc::<[u8]>::from(key), true));
+        let mut chunk = VecDeque::new();
+        let mut size = NEWEST_FIRST_CHUNK;
         std::iter::from_fn(move || {
-            while let Some(e) = cur.take() {
-                cur = e.next();
-                let k = e.key();
-                if k.version() > at {
-                    continue;
-                }
-                let seen = (last.as_ref())
-                    .is_some_and(|l| l.key().table == k.table && l.key().same_key(k));
-                if seen {
-                    continue;
-                }
-                let item = (k.table, k.key.clone(), k.version(), e.value().clone());
-                last = Some(e);
-                return Some(item);
+            if chunk.is_empty() {
+                let (t, k, first) = from.take()?;
+                from = self.newest_chunk(at, (t, &k, first), size, &mut chunk);
+                size = (2 * size).min(NEWEST_CHUNK);
             }
-            None
+            chunk.pop_front()
         })
+    }
+
+    /// Up to `max` writes for [`MemBuffer::newest_from`], from `(table,
+    /// key)` (itself included if `first`, else only the keys after it),
+    /// appended to `out`. Where the next chunk starts, or `None` at the
+    /// end.
+    fn newest_chunk(
+        &self,
+        at: Version,
+        (table, key, first): (TableId, &[u8], bool),
+        max: usize,
+        out: &mut VecDeque<Newest4>,
+    ) -> Option<(TableId, Arc<[u8]>, bool)> {
+        debug_assert!(max > 0, "a chunk of no writes");
+        let start = match first {
+            true => Bound::Included(probe(table, Pos::Key(key), 0)),
+            false => Bound::Excluded(probe(table, Pos::Key(key), u64::MAX)),
+        };
+        let guard = epoch::pin();
+        let mut cur = self.map.lower_bound(as_dyn(&start), &guard);
+        // The entry last taken: older versions of its key are skipped.
+        let mut last: Option<MapEntry<'_, '_>> = None;
+        while let Some(e) = cur {
+            cur = e.next();
+            let k = e.key();
+            if k.version() > at {
+                continue;
+            }
+            let seen =
+                (last.as_ref()).is_some_and(|l| l.key().table == k.table && l.key().same_key(k));
+            if seen {
+                continue;
+            }
+            if out.len() == max {
+                // Resume before this key: every version of the last one
+                // taken is behind it.
+                let l = last.as_ref().map(|l| l.key())?;
+                return Some((l.table, l.key.clone(), false));
+            }
+            out.push_back((k.table, k.key.clone(), k.version(), e.value().clone()));
+            last = Some(e);
+        }
+        None
     }
 }
 
@@ -757,6 +832,8 @@ pub struct Inserting<'b> {
     table: TableId,
     version: Version,
     filter: super::filter::FilterAdder<'b>,
+    /// One pin for the whole batch.
+    guard: Guard,
     /// Whether the batch moves the index on.
     mode: KeyIndex,
     /// `None`: the buffer is not indexing yet.
@@ -803,8 +880,9 @@ impl Inserting<'_> {
             key,
             rev: u64::MAX - self.version.0,
         };
-        let e = self.buf.map.get_or_insert(k, slot);
+        let e = self.buf.map.get_or_insert(k, slot, &self.guard);
         debug_assert_eq!(e.key().version(), self.version);
+        e.release(&self.guard);
         if let (Some(index), Some(n)) = (&self.index, newest) {
             index.insert(self.buf.index_hash(h), n);
         }

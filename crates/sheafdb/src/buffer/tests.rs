@@ -721,3 +721,57 @@ fn entries_between_ends_at_the_newest_version() {
     );
     assert_eq!(buf.entries_between(Version(0), Some(Version(2))).len(), 4);
 }
+
+/// `newest_from` over more writes than one chunk of its walk holds: every
+/// key from the start on, once, with its newest version `≤ at`, across
+/// tables, whatever the start and however the chunk edges fall among a
+/// key's versions.
+#[test]
+fn newest_from_walks_past_its_chunks_like_the_history() {
+    let mut rng = StdRng::seed_from_u64(0x5EED_0F01D);
+    let buf = MemBuffer::new();
+    // (table, key) -> versions written, oldest first.
+    type Versions = Vec<(Version, Slot)>;
+    let mut hist: BTreeMap<(TableId, Vec<u8>), Versions> = BTreeMap::new();
+    for v in 1..=40u64 {
+        for _ in 0..150 {
+            let table = TableId(1 + rng.gen_range(0..3));
+            let k = rng.gen_range(0u32..3000).to_be_bytes().to_vec();
+            if hist
+                .get(&(table, k.clone()))
+                .is_some_and(|h| h.last().unwrap().0 == Version(v))
+            {
+                continue; // one write of a key per version, as a commit makes
+            }
+            let s = slot(&mut rng);
+            buf.insert(table, k.clone(), Version(v), s.clone());
+            hist.entry((table, k)).or_default().push((Version(v), s));
+        }
+    }
+    let starts = [
+        (40, (1, 0u32)),
+        (25, (1, 0)),
+        (7, (2, 1500)),
+        (40, (3, 2999)),
+        (0, (1, 0)),
+    ];
+    for (i, (at, start)) in starts.into_iter().enumerate() {
+        let (at, start) = (
+            Version(at),
+            (TableId(start.0), start.1.to_be_bytes().to_vec()),
+        );
+        let want: Vec<_> = (hist.range(start.clone()..))
+            .filter_map(|((t, k), h)| {
+                let (v, s) = h.iter().rev().find(|(v, _)| *v <= at)?;
+                Some((*t, k.clone(), *v, s.clone()))
+            })
+            .collect();
+        let got: Vec<_> = (buf.newest_from(at, start.0, &start.1))
+            .map(|(t, k, v, s)| (t, k.to_vec(), v, s))
+            .collect();
+        if i < 2 {
+            assert!(want.len() > 2048, "the walk spans several chunks");
+        }
+        assert_eq!(got, want, "at {at:?} from {start:?}");
+    }
+}
