@@ -190,11 +190,13 @@ impl Database {
     ) -> Result<BackupReport> {
         // Only reads: a read-only or poisoned database can be backed up.
         self.shared.health.check_not_closed()?;
+        super::integrity::refuse_inside_callback("a backup")?;
         if vfs.exists(name)? {
             return Err(Error::InvalidArgument(format!(
                 "backup target {name:?} exists; remove it or choose another name"
             )));
         }
+        super::open::refuse_segment_name(name)?;
         // WAL files of the target's name (a database whose data file was
         // deleted) would be taken as the backup's own at its first open.
         if let Some(stale) = (vfs.list()?)

@@ -224,6 +224,7 @@ impl Database {
     pub fn create_cf(&self, name: &str) -> Result<ColumnFamily> {
         check_cf_name(name)?;
         self.shared.check_open()?;
+        super::integrity::refuse_inside_callback("creating a column family")?;
         let cf = {
             let _registry = self.shared.registry.create_drop.lock();
             if self.shared.cf_by_name(name).is_some() {
@@ -257,6 +258,7 @@ impl Database {
             return Ok(self.handle(cf));
         }
         self.shared.check_open()?;
+        super::integrity::refuse_inside_callback("creating a column family")?;
         let cf = {
             let _registry = self.shared.registry.create_drop.lock();
             if let Some(cf) = self.shared.cf_by_name(name) {

@@ -143,6 +143,7 @@ impl DbShared {
         self: &Arc<Self>,
         extra: Vec<(Arc<CfShared>, Arc<CfVersion>)>,
     ) -> Result<()> {
+        super::integrity::refuse_inside_callback("a checkpoint")?;
         let mut sys = self.ckpt.sys.lock();
         self.health.check_writable()?;
         // One consistent view: no CF record is appended between sampling

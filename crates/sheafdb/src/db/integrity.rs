@@ -21,6 +21,7 @@ use crate::format::page::PageType;
 use crate::format::records::{decode_cf_key, CfDescriptor, PageRange, TableMeta};
 use crate::pager::ranges::RangeSet;
 use crate::txn::pages::ReadPages;
+use crate::txn::{CfShared, WriterGuard};
 use crate::types::{CfId, PageId};
 
 /// What `check_integrity` looked at.
@@ -48,6 +49,41 @@ fn bad(what: String) -> Error {
 /// Progress callback of a check: `(pages visited, pages to visit)`.
 pub(super) type ProgressFn<'a> = &'a mut dyn FnMut(u64, u64);
 
+thread_local! {
+    /// Set while this thread runs a check's progress callback, which runs
+    /// with every writer, every fold mark, the create/drop lock and the
+    /// checkpoint lock held.
+    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `WouldDeadlock` if this thread is inside a check's progress callback:
+/// `what` (a checkpoint, a compaction, a fold, a CF created) would wait
+/// for a lock the check holds on this very thread (found by an
+/// adversarial review: those calls hung where `begin_write` already
+/// returned `WouldDeadlock`).
+pub(super) fn refuse_inside_callback(what: &str) -> Result<()> {
+    match IN_CALLBACK.with(std::cell::Cell::get) {
+        true => Err(Error::WouldDeadlock(format!(
+            "{what} from inside check_integrity's progress callback: the check holds \
+             the locks it needs on this thread"
+        ))),
+        false => Ok(()),
+    }
+}
+
+/// Calls `report` with [`IN_CALLBACK`] set (cleared again if it panics).
+fn call_back(report: &mut dyn FnMut(u64, u64), done: u64, total: u64) {
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            IN_CALLBACK.with(|c| c.set(false));
+        }
+    }
+    IN_CALLBACK.with(|c| c.set(true));
+    let _clear = Clear;
+    report(done, total);
+}
+
 /// Pages visited so far against the pages in use when the check began
 /// (what a consistent file makes it visit); reported after every run.
 pub(super) struct Progress<'a> {
@@ -59,7 +95,7 @@ pub(super) struct Progress<'a> {
 impl<'a> Progress<'a> {
     /// A progress of `total` pages, reported to `report` (first `(0, total)`).
     fn start(total: u64, report: ProgressFn<'a>) -> Progress<'a> {
-        report(0, total);
+        call_back(report, 0, total);
         Progress {
             done: 0,
             total,
@@ -71,7 +107,7 @@ impl<'a> Progress<'a> {
     /// visit more pages than it should: the count stops at the total.
     fn visited(&mut self, npages: u64) {
         self.done = (self.done + npages).min(self.total);
-        (self.report)(self.done, self.total);
+        call_back(self.report, self.done, self.total);
     }
 
     /// The check passed: every page is accounted for.
@@ -79,7 +115,7 @@ impl<'a> Progress<'a> {
         debug_assert!(self.done <= self.total, "progress past its total");
         if self.done != self.total {
             self.done = self.total;
-            (self.report)(self.done, self.total);
+            call_back(self.report, self.done, self.total);
         }
     }
 }
@@ -171,10 +207,9 @@ type Quiet<'a> = (
 fn quiesce(shared: &DbShared) -> Result<Quiet<'_>> {
     loop {
         let cfs: Vec<_> = shared.registry.cfs.read().values().cloned().collect();
-        let mut writers = Vec::with_capacity(cfs.len());
-        for c in &cfs {
-            writers.push(c.lock_writer()?);
-        }
+        let Some(writers) = lock_all(&cfs)? else {
+            continue;
+        };
         let no_create_drop = shared.registry.create_drop.lock();
         let live: Vec<CfId> = shared.registry.cfs.read().keys().copied().collect();
         let locked: Vec<CfId> = cfs.iter().map(|c| c.id).collect();
@@ -182,6 +217,28 @@ fn quiesce(shared: &DbShared) -> Result<Quiet<'_>> {
             return Ok((cfs, writers, no_create_drop));
         }
     }
+}
+
+/// Every writer of `cfs`, or `None` after waiting for a busy one. Never
+/// waits for one while holding another: a thread that holds the writer of
+/// one CF and begins a transaction on another would otherwise wait for
+/// this check while it waits for that thread, forever (found by an
+/// adversarial review). So a busy writer makes it let go of those it took
+/// and wait for that one alone; the caller starts over.
+fn lock_all(cfs: &[Arc<CfShared>]) -> Result<Option<Vec<WriterGuard>>> {
+    let mut writers = Vec::with_capacity(cfs.len());
+    for c in cfs {
+        match c.try_lock_writer() {
+            Ok(w) => writers.push(w),
+            Err(Error::WriterBusy(_)) => {
+                drop(writers);
+                drop(c.lock_writer()?);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(writers))
 }
 
 /// B1/B2: the budget's count equals the bytes of every live CF's current

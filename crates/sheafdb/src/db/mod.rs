@@ -39,7 +39,7 @@ use crate::format::page::DEFAULT_PAGE_SIZE;
 use crate::pager::alloc::ExtentPolicy;
 use crate::pager::space::PageSpace;
 use crate::storage::file::FsVfs;
-use crate::storage::{LockGuard, Vfs};
+use crate::storage::Vfs;
 use crate::txn::Durability;
 
 use crate::types::{CfId, Lsn};
@@ -187,10 +187,9 @@ pub(crate) struct DbShared {
     /// `sheafdb-keyfilter` thread (`db::key_filter`).
     pub filter_budget: Arc<crate::txn::key_filter::FilterBudget>,
     threads: Mutex<Threads>,
-    /// Released when the last handle (database, CF handle, transaction)
-    /// is gone, so no other instance can open the file while an old
-    /// snapshot may still read it.
-    _lock: Box<dyn LockGuard>,
+    // The file lock lives in `space` (`PageSpace::holding`): released when
+    // the last handle that can read the file (database, CF handle,
+    // transaction, table, iterator) is gone.
 }
 
 /// Background threads owned by an open database.
@@ -785,6 +784,7 @@ impl Database {
     #[doc(hidden)]
     pub fn fold_step(&self) -> Result<bool> {
         self.shared.check_open()?;
+        integrity::refuse_inside_callback("a fold")?;
         let more = !(self.shared.fold_all(commit::Patience::Grow)?.more).is_empty();
         self.shared.checkpoint_including(Vec::new())?;
         Ok(more)
@@ -854,6 +854,7 @@ impl Database {
     #[doc(hidden)]
     pub fn build_key_filters(&self) -> Result<()> {
         self.shared.check_open()?;
+        integrity::refuse_inside_callback("building key filters")?;
         key_filter::build_all(&self.shared, key_filter::Wait::Block).map(drop)
     }
 
@@ -871,6 +872,7 @@ impl Database {
     /// open snapshot holds stay until it is dropped. Returns what it gave
     /// back (design.md "Space").
     pub fn compact(&self) -> Result<CompactReport> {
+        integrity::refuse_inside_callback("a compaction")?;
         self.shared.compact()
     }
 
@@ -879,6 +881,7 @@ impl Database {
     /// `CompactReport::done` is false to compact a large file without a
     /// long pause.
     pub fn compact_step(&self, max_bytes: u64) -> Result<CompactReport> {
+        integrity::refuse_inside_callback("a compaction")?;
         self.shared.compact_step(max_bytes)
     }
 

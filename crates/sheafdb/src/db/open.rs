@@ -59,6 +59,7 @@ pub(super) fn open(
     };
     if create && !vfs.exists(name)? {
         // Before the file exists: a refused create leaves nothing behind.
+        refuse_segment_name(name)?;
         refuse_orphan_wal(&*vfs, name)?;
     }
     let storage = vfs.open(name, mode)?;
@@ -355,6 +356,19 @@ fn pick_slot(s0: SlotRead, s1: SlotRead, len: u64) -> Result<Found> {
     }
 }
 
+/// Refuses a new database (or backup) named like a WAL segment of another
+/// (`NAME-wal.N`): opening `NAME` would take it for a segment of its log
+/// and delete it when the log shrinks (found by an adversarial review).
+pub(super) fn refuse_segment_name(name: &str) -> Result<()> {
+    match crate::wal::segment_owner(name) {
+        Some(owner) => Err(Error::InvalidArgument(format!(
+            "{name:?} is the name of a WAL file of a database named {owner:?}; \
+             choose a name that does not end in \"-wal.\" and a number"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Issue 9 point 7: a new database never adopts an existing WAL. Segment
 /// files beside a file being created belong to a database whose data
 /// file is gone; they may hold its only copy of some commits.
@@ -388,11 +402,14 @@ fn new_shared(
     let next_cf = sys.next_cf;
     wal_options(opts)?;
     Ok(Arc::new(DbShared {
-        space: Arc::new(PageSpace::new(
-            Pager::new(storage, page_size, opts.cache_bytes),
-            extents,
-            user_policy(opts, page_size),
-        )),
+        space: Arc::new(
+            PageSpace::new(
+                Pager::new(storage, page_size, opts.cache_bytes),
+                extents,
+                user_policy(opts, page_size),
+            )
+            .holding(lock),
+        ),
         registry: CfRegistry::new(next_cf),
         ckpt: CheckpointState::new(sys, Triggers::new(&opts.options, page_size)),
         health: Health::new(opts.read_only),
@@ -410,7 +427,6 @@ fn new_shared(
         )),
         wal_damage: OnceLock::new(),
         threads: parking_lot::Mutex::new(Threads::default()),
-        _lock: lock,
     }))
 }
 

@@ -24,6 +24,13 @@ pub struct PageSpace {
     pub extents: Mutex<ExtentMap>,
     /// Extent sizes for user CFs.
     pub policy: ExtentPolicy,
+    /// The database's file lock. Here, not with the database, because
+    /// everything that reads the file holds this space: a table or an
+    /// iterator that outlives its snapshot and its database still reads
+    /// pages, so no other instance may open the file and rewrite them
+    /// until the last of those is gone (found by an adversarial review:
+    /// such a table read another instance's pages as its own).
+    lock: Option<Box<dyn crate::storage::LockGuard>>,
 }
 
 impl PageSpace {
@@ -41,6 +48,14 @@ impl PageSpace {
             pager,
             extents: Mutex::new(extents),
             policy,
+            lock: None,
         }
+    }
+
+    /// This space holding the database's file `lock` for as long as it
+    /// lives.
+    pub fn holding(mut self, lock: Box<dyn crate::storage::LockGuard>) -> PageSpace {
+        self.lock = Some(lock);
+        self
     }
 }

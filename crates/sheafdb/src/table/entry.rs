@@ -260,13 +260,14 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
         if len > max {
             return Err(Error::ValueTooLarge { len, max });
         }
+        let bytes = vec![0; len];
         {
-            let st = self.txn.state()?;
+            let mut st = self.txn.state()?;
             st.check_not_failed()?;
             let ps = btree::store::PageRead::page_size(&st.pages);
             btree::check_limits(ps, &key, &[])?;
+            st.reserving += 1;
         }
-        let bytes = vec![0; len];
         Ok(ReservedValue {
             table: self,
             key,
@@ -317,8 +318,18 @@ impl<K: Key + 'static, V: Value + 'static> AsMut<[u8]> for ReservedValue<'_, '_,
 impl<K: Key + 'static, V: Value + 'static> ReservedValue<'_, '_, K, V> {
     fn store(&mut self) -> Result<Option<AccessGuard<V>>> {
         self.stored = true;
+        self.unreserve();
         let old = self.table.put_raw(&self.key, Some(&self.bytes))?;
         opt_value(old)
+    }
+
+    /// This value no longer counts as handed out (stored, or dropped by
+    /// a panic).
+    fn unreserve(&mut self) {
+        if let Ok(mut st) = self.table.txn.state() {
+            debug_assert!(st.reserving > 0, "a reservation released twice");
+            st.reserving = st.reserving.saturating_sub(1);
+        }
     }
 
     /// Stores the value; returns the key's old value.
@@ -333,6 +344,7 @@ impl<K: Key + 'static, V: Value + 'static> Drop for ReservedValue<'_, '_, K, V> 
             // Dropped by a panic while the value was being written: its
             // bytes are unfinished. Not stored, and the transaction fails,
             // so it cannot commit without the value it was promised.
+            self.unreserve();
             if let Ok(mut st) = self.table.txn.state() {
                 let _ = st.fail_with(Error::InvalidArgument(
                     "a panic interrupted writing a reserved value".into(),

@@ -223,6 +223,11 @@ pub(crate) struct WriteState {
     /// buffer).
     pub carry: Option<super::version::FoldCarry>,
     pub catalog_changed: bool,
+    /// Reserved values handed out (`Table::insert_reserve`) and neither
+    /// stored nor dropped: one forgotten (`mem::forget`) would otherwise
+    /// vanish from a commit that reports success (found by an adversarial
+    /// review). The commit refuses while any is.
+    pub reserving: u32,
     /// The logical operations so far, for the WAL record; `None` once the
     /// transaction outgrew `log_max_bytes` and will commit by a direct
     /// checkpoint instead.
@@ -363,6 +368,7 @@ impl WriteState {
             folded: false,
             carry: None,
             catalog_changed: false,
+            reserving: 0,
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_counts: IdMap::default(),
             log_max_bytes: log_max_bytes.unwrap_or(0),
@@ -484,6 +490,14 @@ impl WriteState {
     /// Removals of keys not looked up (`Table::delete`) are settled first:
     /// the record's counts are exact, as replay relies on them.
     pub fn finish_log(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.reserving > 0 {
+            let e = Error::InvalidArgument(format!(
+                "{} reserved value(s) never stored (a ReservedValue was forgotten): \
+                 the transaction cannot commit without them",
+                self.reserving
+            ));
+            return Err(self.fail(e));
+        }
         if self.log.is_none() {
             return Ok(None);
         }

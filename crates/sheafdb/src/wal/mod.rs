@@ -85,6 +85,15 @@ pub fn is_segment_of(db_name: &str, file: &str) -> bool {
     segment::parse_segment_name(db_name, file).is_some()
 }
 
+/// The data file `file` would be a WAL segment of, if its name has the
+/// shape of one (`NAME-wal.N`): a database or backup must not be given
+/// such a name, since opening `NAME` takes the file for a segment of its
+/// log (and deletes it when the log shrinks).
+pub fn segment_owner(file: &str) -> Option<&str> {
+    let (base, _) = file.rsplit_once("-wal.")?;
+    (!base.is_empty() && is_segment_of(base, file)).then_some(base)
+}
+
 use self::io::SegmentIo;
 use self::layout::{
     steps_end, Layout, PreparedFrame, Resume, SegmentSizes, SlotMeta, Step, UseMeta,

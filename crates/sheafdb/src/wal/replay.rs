@@ -58,6 +58,9 @@ pub(crate) struct ScannedSlot {
     pub header: Option<SegmentHeader>,
     /// A whole header of a format version this build cannot read.
     pub unreadable_version: Option<u32>,
+    /// The file begins like a sheafdb data file, not a segment: a database
+    /// or backup named like one of this log's files.
+    pub data_file: bool,
 }
 
 /// What replay found, returned by [`crate::wal::open`].
@@ -181,6 +184,7 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize, read_only: bool) -> Resul
         len_bytes,
         header: SegmentHeader::decode(&block),
         unreadable_version: SegmentHeader::unreadable_version(&block),
+        data_file: block.starts_with(&crate::format::superblock::MAGIC),
     })
 }
 
@@ -196,6 +200,15 @@ pub(crate) fn check_identity(
 ) -> Result<()> {
     let (db_id, generation) = (opts.db_id, opts.generation);
     for s in slots {
+        if s.data_file {
+            // Never taken for a free segment (which the log would reuse or
+            // delete): the other database would be lost.
+            return Err(Error::WalMismatch(format!(
+                "{} is a sheafdb database file, not a WAL file of {db_name}: a database or \
+                 backup named like one; rename it (nothing was changed)",
+                segment_name(db_name, s.slot)
+            )));
+        }
         if let Some(version) = s.unreadable_version {
             return Err(Error::WalMismatch(format!(
                 "{} is in WAL format version {version}, which this build does not read \

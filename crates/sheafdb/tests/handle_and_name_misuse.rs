@@ -1,0 +1,284 @@
+//! Findings of the session-27 adversarial probe of the public API, each
+//! reproduced as it was found and failing before its fix: a table that
+//! outlived its database read another instance's pages; a database or
+//! backup named like a WAL file was deleted by its neighbour's close;
+//! `check_integrity` deadlocked with a thread holding two writers; calls
+//! from inside its progress callback hung; a forgotten reserved value
+//! vanished from a commit that reported success.
+
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Duration;
+
+use sheafdb::storage::mem::MemVfs;
+use sheafdb::{Database, Error, TableDefinition};
+
+const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+const B: TableDefinition<&[u8], &[u8]> = TableDefinition::new("b");
+
+/// Runs `f` on a thread of its own; a hang fails the test instead of
+/// blocking it.
+fn within<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
+
+fn value(k: u64, len: usize) -> Vec<u8> {
+    vec![(k % 251) as u8; len]
+}
+
+fn fill(db: &Database, n: u64, len: usize) -> sheafdb::Result<()> {
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for k in 0..n {
+            t.insert(k, value(k, len).as_slice())?;
+        }
+    }
+    tx.commit()
+}
+
+fn mem_db() -> Arc<Database> {
+    let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "h");
+    Arc::new(db.expect("create"))
+}
+
+/// A table (and an iterator) that outlive their snapshot and database
+/// keep the file locked: no other instance opens it and rewrites the pages
+/// they read. Before, the reopen succeeded, deleted the table, wrote
+/// another over its pages, and the old handle returned 2,988 wrong values
+/// of 3,000 without an error.
+#[test]
+fn a_table_outliving_its_database_keeps_the_file_locked() -> sheafdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.sheaf");
+    let db = Database::builder().cache_size_bytes(0).create(&path)?;
+    fill(&db, 3000, 500)?;
+    db.checkpoint()?;
+    let rx = db.begin_read()?;
+    let old = rx.open_table(T)?;
+    let iter = rx.open_table(T)?.range(1000u64..)?;
+    drop(rx);
+    drop(db);
+    match Database::builder().cache_size_bytes(0).open(&path) {
+        Err(Error::DatabaseAlreadyOpen) => {}
+        Err(e) => panic!("refused, but not as locked: {e}"),
+        Ok(db2) => {
+            // What the old handle then read: another instance's pages.
+            let tx = db2.begin_write()?;
+            tx.delete_table("t")?;
+            tx.commit()?;
+            let tx = db2.begin_write()?;
+            {
+                let mut b = tx.open_table(B)?;
+                for k in 0..3000u64 {
+                    b.insert(k.to_be_bytes().as_slice(), [0xEE; 500].as_slice())?;
+                }
+            }
+            tx.commit()?;
+            db2.checkpoint()?;
+            panic!("a second instance opened the file while a table of the first read it");
+        }
+    }
+    // The old handles still read their snapshot, all of it.
+    let mut n = 0;
+    for e in old.iter()? {
+        let (k, v) = e?;
+        assert_eq!(v.value(), value(k.value(), 500).as_slice());
+        n += 1;
+    }
+    assert_eq!(n, 3000);
+    assert_eq!(iter.count(), 2000);
+    drop(old);
+    // The last reader gone, the file opens again.
+    let db = Database::open(&path)?;
+    assert_eq!(db.begin_read()?.open_table(T)?.len()?, 3000);
+    Ok(())
+}
+
+/// `create` and `backup_to` refuse a name of the shape of a WAL file
+/// (`NAME-wal.N`). Before, two backups so named beside `d.sheaf` were
+/// taken for its log's segments and the second deleted when `d.sheaf`
+/// was reopened and closed.
+#[test]
+fn databases_and_backups_named_like_wal_files_are_refused() -> sheafdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = Database::create(dir.path().join("d.sheaf"))?;
+    fill(&db, 10, 10)?;
+    for name in [
+        "d.sheaf-wal.5",
+        "d.sheaf-wal.6",
+        "other-wal.0",
+        "x-wal.65535",
+    ] {
+        let target = dir.path().join(name);
+        let e = db.backup_to(&target).expect_err(name);
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("WAL file")),
+            "{name}: {e}"
+        );
+        assert!(!target.exists(), "{name} was left behind");
+        let e = Database::create(&target).expect_err(name);
+        assert!(matches!(e, Error::InvalidArgument(_)), "{name}: {e}");
+        assert!(!target.exists(), "{name} was created");
+    }
+    // Names that only look similar are fine.
+    for name in [
+        "d.sheaf-wal",
+        "d.sheaf-wal.x",
+        "d.sheaf-wal.01",
+        "d-wal.sheaf",
+    ] {
+        db.backup_to(dir.path().join(name))?;
+        drop(Database::open(dir.path().join(name))?);
+    }
+    Ok(())
+}
+
+/// A database file that sits where a WAL segment of another would (made
+/// outside the library: copied, renamed) makes that database's open fail
+/// with a clear error; it is never taken for a free segment and deleted.
+#[test]
+fn a_database_file_named_like_a_wal_segment_is_never_deleted() -> sheafdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("d.sheaf");
+    let db = Database::create(&path)?;
+    fill(&db, 10, 10)?;
+    db.backup_to(dir.path().join("copy.sheaf"))?;
+    db.close()?;
+    for n in [5, 6] {
+        std::fs::copy(
+            dir.path().join("copy.sheaf"),
+            dir.path().join(format!("d.sheaf-wal.{n}")),
+        )?;
+    }
+    for _ in 0..2 {
+        let e = Database::open(&path).expect_err("open beside a database named like its WAL");
+        assert!(
+            matches!(&e, Error::WalMismatch(m) if m.contains("database file")),
+            "{e}"
+        );
+    }
+    for n in [5, 6] {
+        let stray = dir.path().join(format!("d.sheaf-wal.{n}"));
+        assert!(stray.exists(), "{} was deleted", stray.display());
+        std::fs::rename(&stray, dir.path().join(format!("moved-{n}.sheaf")))?;
+        drop(Database::open(dir.path().join(format!("moved-{n}.sheaf")))?);
+    }
+    let db = Database::open(&path)?;
+    assert_eq!(db.begin_read()?.open_table(T)?.len()?, 10);
+    Ok(())
+}
+
+/// A thread holding the writer of one CF begins a transaction on another
+/// while `check_integrity` runs: both finish. Before, the check held the
+/// second CF's writer while it waited for the first, and the thread waited
+/// for the second: a deadlock (and every other writer of that CF behind).
+#[test]
+fn check_integrity_beside_a_thread_taking_two_writers_does_not_deadlock() {
+    for _ in 0..5 {
+        let db = mem_db();
+        within("two writers beside check_integrity", move || {
+            let y = db.cf_or_create("y").expect("cf");
+            let ty = y.begin_write().expect("y");
+            let checker = {
+                let db = db.clone();
+                thread::spawn(move || db.check_integrity().map(drop))
+            };
+            thread::sleep(Duration::from_millis(100));
+            let td = db.begin_write().expect("default");
+            {
+                let mut t = td.open_table(T).expect("t");
+                t.insert(1, [1u8].as_slice()).expect("insert");
+            }
+            td.commit().expect("commit default");
+            ty.commit().expect("commit y");
+            checker.join().expect("checker").expect("check passes");
+        });
+    }
+}
+
+/// Calls that need a lock the integrity check holds return `WouldDeadlock`
+/// from inside its progress callback (before: each hung).
+#[test]
+fn calls_from_inside_the_integrity_callback_do_not_hang() {
+    type Call = fn(&Database) -> sheafdb::Result<()>;
+    let calls: [(&str, Call); 7] = [
+        ("checkpoint", |db| db.checkpoint()),
+        ("create_cf", |db| db.create_cf("zz").map(drop)),
+        ("cf_or_create", |db| db.cf_or_create("zz").map(drop)),
+        ("compact", |db| db.compact().map(drop)),
+        ("compact_step", |db| db.compact_step(1 << 20).map(drop)),
+        ("fold_step", |db| db.fold_step().map(drop)),
+        ("backup_to", |db| {
+            let dir = tempfile::tempdir()?;
+            db.backup_to(dir.path().join("b.sheaf")).map(drop)
+        }),
+    ];
+    for (name, call) in calls {
+        let db = mem_db();
+        fill(&db, 100, 10).expect("fill");
+        let (inner, report) = within(name, move || {
+            let mut inner = None;
+            let report = db.check_integrity_with(&mut |_, _| {
+                if inner.is_none() {
+                    inner = Some(call(&db));
+                }
+            });
+            // Usable again once the check is over.
+            call(&db).unwrap_or_else(|e| panic!("{name} after the check: {e}"));
+            (inner, report.map(drop))
+        });
+        assert!(
+            matches!(inner, Some(Err(Error::WouldDeadlock(_)))),
+            "{name}: {inner:?}"
+        );
+        report.unwrap_or_else(|e| panic!("{name}: the check itself failed: {e}"));
+    }
+}
+
+/// A reserved value forgotten (`mem::forget`) before it was stored makes
+/// the commit fail; one stored commits. Before, the value was missing and
+/// the commit reported success.
+#[test]
+fn a_forgotten_reserved_value_fails_the_commit() -> sheafdb::Result<()> {
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        let mut r = t.insert_reserve(1, 4)?;
+        r.copy_from_slice(b"abcd");
+        std::mem::forget(r);
+    }
+    let e = tx
+        .commit()
+        .expect_err("a commit without the reserved value");
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("reserved")),
+        "{e}"
+    );
+    assert!(db.begin_read()?.open_table(T).is_err() || db.begin_read()?.open_table(T)?.is_empty()?);
+
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        let mut r = t.insert_reserve(1, 4)?;
+        r.copy_from_slice(b"abcd");
+        r.finish()?;
+        let mut r = t.insert_reserve(2, 2)?;
+        r.copy_from_slice(b"ef");
+        drop(r);
+    }
+    tx.commit()?;
+    let t = db.begin_read()?.open_table(T)?;
+    assert_eq!(t.get(1)?.expect("1").value(), b"abcd");
+    assert_eq!(t.get(2)?.expect("2").value(), b"ef");
+    Ok(())
+}
