@@ -6,29 +6,18 @@
 //! from inside its progress callback hung; a forgotten reserved value
 //! vanished from a commit that reported success.
 
-use std::sync::{mpsc, Arc};
+mod common;
+
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use common::watchdog;
 use sheafdb::storage::mem::MemVfs;
 use sheafdb::{Database, Error, TableDefinition};
 
 const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
 const B: TableDefinition<&[u8], &[u8]> = TableDefinition::new("b");
-
-/// Runs `f` on a thread of its own; a hang fails the test instead of
-/// blocking it.
-fn within<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(r) => r,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
-    }
-}
 
 fn value(k: u64, len: usize) -> Vec<u8> {
     vec![(k % 251) as u8; len]
@@ -185,7 +174,7 @@ fn a_database_file_named_like_a_wal_segment_is_never_deleted() -> sheafdb::Resul
 fn check_integrity_beside_a_thread_taking_two_writers_does_not_deadlock() {
     for _ in 0..5 {
         let db = mem_db();
-        within("two writers beside check_integrity", move || {
+        watchdog("two writers beside check_integrity", move || {
             let y = db.cf_or_create("y").expect("cf");
             let ty = y.begin_write().expect("y");
             let checker = {
@@ -225,7 +214,7 @@ fn calls_from_inside_the_integrity_callback_do_not_hang() {
     for (name, call) in calls {
         let db = mem_db();
         fill(&db, 100, 10).expect("fill");
-        let (inner, report) = within(name, move || {
+        let (inner, report) = watchdog(name, move || {
             let mut inner = None;
             let report = db.check_integrity_with(&mut |_, _| {
                 if inner.is_none() {

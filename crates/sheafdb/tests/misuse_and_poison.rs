@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use common::builder;
+use common::{builder, watchdog};
 use sheafdb::storage::hook::{is_wal_file, FileOp, Hook, HookVfs};
 use sheafdb::storage::mem::MemVfs;
 use sheafdb::storage::sim::{CrashPolicy, Fault, SimVfs};
@@ -21,19 +21,6 @@ use sheafdb::{Database, Durability, Error, TableDefinition};
 
 const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
 const U: TableDefinition<u64, u64> = TableDefinition::new("u");
-
-/// Runs `f` on a thread; panics if it does not finish within 20 s.
-fn watchdog<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(r) => r,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
-    }
-}
 
 fn sim_db(vfs: &SimVfs) -> Database {
     builder()

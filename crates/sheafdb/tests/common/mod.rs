@@ -129,3 +129,18 @@ pub fn random_writes(
     }
     Ok(())
 }
+
+/// Runs `f` on a thread of its own and returns what it returns; a hang
+/// (30 s) or a panic fails the calling test instead of blocking it.
+pub fn watchdog<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(r) => r,
+        Err(RecvTimeoutError::Timeout) => panic!("{what}: hung"),
+        Err(RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
