@@ -528,6 +528,65 @@ fn a_second_writer_waits_for_the_first() -> Result<()> {
 }
 
 #[test]
+fn a_no_sync_commit_is_published_before_the_next_writer_starts() -> Result<()> {
+    // A `Durability::None` commit waits for nothing, so it is published
+    // before its writer lock is released: every writer finds the commit it
+    // starts from already visible to readers. Before, the committer
+    // released the lock first and published after; when it was preempted
+    // in between, the next writer (and a reader) saw the head ahead of the
+    // published version, and the next commit slept until the first
+    // committer ran again. Eight threads on two cores hit that window many
+    // times in a few thousand commits.
+    let db = mem_db();
+    let lagged = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| -> Result<()> {
+        let writers: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    for _ in 0..1_500 {
+                        let mut tx = db.begin_write()?;
+                        tx.set_durability(sheafdb::Durability::None);
+                        let mut t = tx.open_table(STR_U64)?;
+                        let head = t.get("n")?.map_or(0, |g| g.value());
+                        let seen = db
+                            .begin_read()?
+                            .open_table(STR_U64)
+                            .ok()
+                            .and_then(|r| r.get("n").ok().flatten().map(|g| g.value()))
+                            .unwrap_or(0);
+                        assert!(seen <= head, "a reader saw {seen}, past the head {head}");
+                        if seen != head {
+                            lagged.fetch_add(1, Ordering::Relaxed);
+                        }
+                        t.insert("n", head + 1)?;
+                        drop(t);
+                        tx.commit()?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a writer panicked"))
+    })?;
+    assert_eq!(
+        db.begin_read()?
+            .open_table(STR_U64)?
+            .get("n")?
+            .unwrap()
+            .value(),
+        12_000
+    );
+    assert_eq!(
+        lagged.load(Ordering::Relaxed),
+        0,
+        "writers began from commits readers could not see yet"
+    );
+    Ok(())
+}
+
+#[test]
 fn readers_on_many_threads_see_consistent_snapshots_while_a_writer_commits() -> Result<()> {
     const PAIRS: TableDefinition<u64, u64> = TableDefinition::new("pairs");
     let db = Arc::new(mem_db());

@@ -106,10 +106,44 @@ impl<'a> Unpublished<'a> {
             .publish(self.version.version, durable, &|v| db.note_published(id, v))
     }
 
+    /// Marks a commit that has nothing to wait for (`Durability::None`)
+    /// ready and publishes what it can, without waiting: called under the
+    /// writer lock, so the next writer's commit never finds this one still
+    /// unmarked at the front of the queue and sleeps until this thread is
+    /// scheduled again (with more committers than cores that was most of
+    /// their context switches). Returns what the caller waits on after
+    /// releasing the lock: versions before this one (an `Immediate` commit
+    /// waiting for its sync) are still published first.
+    fn ready_now(mut self) -> Ready {
+        self.armed = false;
+        let db = self.db;
+        let id = self.cf.id;
+        let version = self.version.version;
+        self.cf
+            .mark(version, &Ok(()), &|v| db.note_published(id, v));
+        Ready {
+            cf: self.cf.clone(),
+            version,
+        }
+    }
+
     /// Fails the version with `e` (poisoning the database) and returns `e`.
     fn fail(self, e: Error) -> Error {
         let _ = self.publish(Err(e.clone_for_waiters()));
         e
+    }
+}
+
+/// A version marked ready under the writer lock ([`Unpublished::ready_now`]).
+#[must_use = "the commit returns once its version is published"]
+struct Ready {
+    cf: Arc<CfShared>,
+    version: Version,
+}
+
+impl Ready {
+    fn wait(self) -> Result<()> {
+        self.cf.wait_published(self.version)
     }
 }
 
@@ -232,9 +266,7 @@ impl DbShared {
         let buffered_bytes = v.buffer.bytes();
         let pending = Unpublished::new(self, cf, v);
         drop(gate);
-        drop(lock);
-        let durable = self.wait_durability(end, durability);
-        pending.publish(durable)?;
+        self.release_and_publish(pending, lock, end, durability)?;
         self.ckpt.after_commit(end);
         if buffered_bytes >= self.options.buffer_fold_bytes || self.budget.over_fold_total() {
             // The background checkpointer folds aside while writers go on.
@@ -259,10 +291,30 @@ impl DbShared {
         let v = self.install_version(cf, st, &mut lock, version, end);
         let pending = Unpublished::new(self, cf, v);
         drop(gate);
+        self.release_and_publish(pending, lock, end, durability)?;
+        Ok(end)
+    }
+
+    /// The end of a logged commit: releases the writer lock (early lock
+    /// release), waits for the durability `durability` promises, then
+    /// publishes in LSN order. A `Durability::None` commit, which waits
+    /// for nothing, is marked ready before the lock is released
+    /// ([`Unpublished::ready_now`]).
+    fn release_and_publish(
+        &self,
+        pending: Unpublished<'_>,
+        lock: WriterGuard,
+        end: Lsn,
+        durability: Durability,
+    ) -> Result<()> {
+        if durability == Durability::None {
+            let ready = pending.ready_now();
+            drop(lock);
+            return ready.wait();
+        }
         drop(lock);
         let durable = self.wait_durability(end, durability);
-        pending.publish(durable)?;
-        Ok(end)
+        pending.publish(durable)
     }
 
     fn commit_direct(

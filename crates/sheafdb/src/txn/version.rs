@@ -647,8 +647,16 @@ impl CfShared {
         durable: Result<()>,
         on_publish: OnPublish<'_>,
     ) -> Result<()> {
+        self.mark(version, &durable, on_publish);
+        durable?;
+        self.wait_published(version)
+    }
+
+    /// The first half of [`CfShared::publish`]: records `version`'s state
+    /// and publishes the ready prefix of the queue, without waiting.
+    pub fn mark(&self, version: Version, durable: &Result<()>, on_publish: OnPublish<'_>) {
         let mut q = self.publish.lock();
-        let state = match &durable {
+        let state = match durable {
             Ok(()) => PublishState::Ready,
             Err(e) => PublishState::Failed(crate::error::PoisonCause::of(e)),
         };
@@ -658,8 +666,8 @@ impl CfShared {
         if durable.is_err() {
             // Waiters behind it must see the failure now, not at a timeout.
             self.published.notify_all();
+            return;
         }
-        durable?;
         let mut newest = None;
         while q
             .entries
@@ -681,6 +689,15 @@ impl CfShared {
         }
         #[cfg(debug_assertions)]
         q.assert_invariants(&self.current.load());
+    }
+
+    /// The second half of [`CfShared::publish`]: waits until `version` is
+    /// published; `Err(Poisoned)` if a version before it failed.
+    pub fn wait_published(&self, version: Version) -> Result<()> {
+        if self.current.load().version >= version {
+            return Ok(());
+        }
+        let mut q = self.publish.lock();
         loop {
             if self.current.load().version >= version {
                 return Ok(());
