@@ -7,7 +7,9 @@
 //!    preallocated file), the physical floor of a durable commit.
 //! 2. Latency p50/p95/p99 of 1,000 single-row `Immediate` commits.
 //! 3. Throughput of single-row `Immediate` commits with 1, 4, 16, 64
-//!    threads (group commit shares one fdatasync among many commits).
+//!    threads (group commit shares one fdatasync among many commits), and
+//!    of single-row `None` commits (no sync: what the CF's writer lock and
+//!    publication cost as threads are added).
 //! 4. Batched writes (1,000 × 1 KiB values per transaction, `Immediate`)
 //!    with 1, 2, 4, 8 writer threads, each on its own column family, and
 //!    the same threads all on one column family.
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sheafdb::{Database, Result, TableDefinition};
+use sheafdb::{Database, Durability, Result, TableDefinition};
 
 const ROWS: TableDefinition<u64, &[u8]> = TableDefinition::new("rows");
 
@@ -187,6 +189,25 @@ fn main() -> Result<()> {
         }
         println!("  {threads:>3} threads: {tps:>9.0} commits/s  ({:>5.1}x one thread, {:.1} commits per fdatasync)",
             tps / one, tps * secs / syncs.max(1) as f64);
+    }
+
+    println!("\nsingle-row None commits (no sync), one CF, N threads");
+    let mut one = 0.0;
+    for threads in [1usize, 4, 16, 64] {
+        let tps = throughput(threads, secs, |t, i| {
+            let mut tx = db.begin_write()?;
+            tx.set_durability(Durability::None);
+            tx.open_table(ROWS)?
+                .insert((t as u64) << 32 | (i % 1000), [3u8; 16].as_slice())?;
+            tx.commit()
+        });
+        if threads == 1 {
+            one = tps;
+        }
+        println!(
+            "  {threads:>3} threads: {tps:>9.0} commits/s  ({:>5.2}x one thread)",
+            tps / one
+        );
     }
     drop(db);
 

@@ -29,6 +29,7 @@ use crate::txn::{
 };
 use crate::types::{CfId, Lsn, PageId, Version};
 use crate::wal::record::Op;
+use crate::wal::LogMarks;
 
 /// What [`DbShared::fold_cf`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,8 +103,10 @@ impl<'a> Unpublished<'a> {
         if let Err(e) = &durable {
             db.poison(e);
         }
-        self.cf
-            .publish(self.version.version, durable, &|v| db.note_published(id, v))
+        let log = durable.is_ok().then(|| db.log_marks());
+        self.cf.publish(self.version.version, durable, log, &|v| {
+            db.note_published(id, v)
+        })
     }
 
     /// Marks a commit that has nothing to wait for (`Durability::None`)
@@ -119,8 +122,9 @@ impl<'a> Unpublished<'a> {
         let db = self.db;
         let id = self.cf.id;
         let version = self.version.version;
-        self.cf
-            .mark(version, &Ok(()), &|v| db.note_published(id, v));
+        self.cf.mark(version, &Ok(()), Some(db.log_marks()), &|v| {
+            db.note_published(id, v)
+        });
         Ready {
             cf: self.cf.clone(),
             version,
@@ -160,9 +164,12 @@ impl Drop for Unpublished<'_> {
                 }
             ));
             self.db.health.poison_with(cause.clone());
-            let _ = self
-                .cf
-                .publish(self.version.version, Err(Error::Poisoned(cause)), &|_| {});
+            let _ = self.cf.publish(
+                self.version.version,
+                Err(Error::Poisoned(cause)),
+                None,
+                &|_| {},
+            );
         }
     }
 }
@@ -312,6 +319,11 @@ impl DbShared {
             drop(lock);
             return ready.wait();
         }
+        pending.cf.await_log(
+            pending.version.version,
+            end,
+            durability == Durability::Immediate,
+        );
         drop(lock);
         let durable = self.wait_durability(end, durability);
         pending.publish(durable)
@@ -732,6 +744,11 @@ impl DbShared {
     }
 
     /// Makes `v` the version of `cf` in the database-wide snapshot.
+    /// The WAL's watermarks now (lower bounds from then on).
+    fn log_marks(&self) -> LogMarks {
+        self.wal().marks()
+    }
+
     pub(crate) fn note_published(&self, cf: CfId, v: &Arc<CfVersion>) {
         self.registry
             .snapshot

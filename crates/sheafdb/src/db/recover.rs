@@ -291,7 +291,7 @@ impl CfReplay {
         drop(slot);
         let id = self.cf.id;
         self.cf
-            .publish(version, Ok(()), &|v| shared.note_published(id, v))?;
+            .publish(version, Ok(()), None, &|v| shared.note_published(id, v))?;
         self.state = WriteState::new(shared.space.clone(), &self.cf, head, None);
         self.loaded = None;
         self.settle_at = self.fold_bytes;

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::lock_rank::{acquire, ranks, Held, Rank, RankedMutex};
 use crate::pager::alloc::{CfAllocator, ReclaimBatch};
 use crate::types::{CfId, Lsn, TableId, Version};
+use crate::wal::LogMarks;
 
 /// An immutable committed state of one CF: its trees (as of `tree_base`)
 /// plus the buffered commits after them (design.md "Write buffer").
@@ -214,12 +215,37 @@ pub(crate) struct WriterSlot {
 /// Where a committed version is on its way to readers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum PublishState {
-    /// Its committer is waiting for the durability its mode promises.
+    /// Its committer is waiting for the durability its mode promises and
+    /// marks it (direct and multi-CF commits: their own conditions).
     Waiting,
+    /// A logged single-CF commit, durable enough once the log is written
+    /// (`synced` false: `Eventual`) or synced (`Immediate`) past `end`.
+    /// Any committer that sees the log there publishes it, so a later
+    /// commit of the same sync round does not sleep until this one's
+    /// thread is scheduled again.
+    Log { end: Lsn, synced: bool },
     /// Durable enough; publishable once every earlier version is.
     Ready,
     /// Its WAL write or sync failed: nothing after it is ever published.
     Failed(crate::error::PoisonCause),
+}
+
+impl PublishState {
+    /// True if the version may be published once every earlier one is,
+    /// given the log's watermarks `log`.
+    fn publishable(&self, log: Option<LogMarks>) -> bool {
+        match self {
+            PublishState::Ready => true,
+            PublishState::Log { end, synced } => log.is_some_and(|m| {
+                if *synced {
+                    m.synced >= *end
+                } else {
+                    m.written >= *end
+                }
+            }),
+            PublishState::Waiting | PublishState::Failed(_) => false,
+        }
+    }
 }
 
 /// Committed versions of one CF not yet visible to readers, in commit order.
@@ -451,6 +477,115 @@ mod carry_tests {
     }
 }
 
+#[cfg(test)]
+mod publish_tests {
+    use super::*;
+    use crate::pager::alloc::ExtentPolicy;
+
+    fn cf() -> CfShared {
+        let policy = ExtentPolicy {
+            first_pages: 4,
+            max_pages: 16,
+        };
+        let alloc = CfAllocator::new(CfId(1), policy, vec![], &[]).unwrap();
+        let v0 = version_of(&alloc, 0, 100);
+        CfShared::new(CfId(1), "c".into(), alloc, v0)
+    }
+
+    fn version_of(alloc: &CfAllocator, v: u64, lsn: u64) -> CfVersion {
+        let batch = ReclaimBatch::new(alloc.released_sink());
+        CfVersion::of_trees(Version(v), TreeRoot::default(), TableId(1), Lsn(lsn), batch)
+    }
+
+    /// Queues versions 1..=n, version `i` a logged commit ending at LSN
+    /// `100 * (i + 1)`, durable once synced (`Immediate`).
+    fn queue(cf: &CfShared, n: u64) {
+        for i in 1..=n {
+            let v = Arc::new(version_of(&cf.alloc.lock(), i, 100 * (i + 1)));
+            cf.enqueue(v);
+            cf.await_log(Version(i), Lsn(100 * (i + 1)), true);
+        }
+    }
+
+    fn marks(written: u64, synced: u64) -> Option<LogMarks> {
+        Some(LogMarks {
+            written: Lsn(written),
+            synced: Lsn(synced),
+        })
+    }
+
+    #[test]
+    fn a_later_commit_of_the_same_sync_publishes_the_earlier_ones() {
+        // The committers of versions 1 and 2 have not come back from their
+        // WAL waits (not scheduled yet); the one of version 3 has. One sync
+        // covered all three: version 3 publishes all of them and does not
+        // wait for the other two threads.
+        let cf = cf();
+        queue(&cf, 3);
+        let published = std::cell::Cell::new(0);
+        cf.publish(Version(3), Ok(()), marks(400, 400), &|v| {
+            published.set(v.version.0)
+        })
+        .unwrap();
+        assert_eq!(cf.current.load().version, Version(3));
+        assert_eq!(published.get(), 3);
+        // The late committers find their versions published.
+        cf.publish(Version(1), Ok(()), marks(400, 400), &|_| {})
+            .unwrap();
+        cf.publish(Version(2), Ok(()), marks(400, 400), &|_| {})
+            .unwrap();
+        assert_eq!(cf.current.load().version, Version(3));
+    }
+
+    #[test]
+    fn a_version_past_the_sync_stays_queued() {
+        let cf = cf();
+        queue(&cf, 3);
+        // Version 2's committer is back from a sync that reached LSN 300:
+        // versions 1 and 2 (ends 200, 300) are published, version 3 (end
+        // 400, only written) may not be for an `Immediate` promise.
+        cf.mark(Version(2), &Ok(()), marks(400, 300), &|_| {});
+        assert_eq!(cf.current.load().version, Version(2));
+        // Its own committer marks it after its sync.
+        cf.mark(Version(3), &Ok(()), marks(400, 400), &|_| {});
+        assert_eq!(cf.current.load().version, Version(3));
+    }
+
+    #[test]
+    fn written_is_enough_for_eventual_and_waiting_versions_wait_for_their_owner() {
+        let cf = cf();
+        let v1 = Arc::new(version_of(&cf.alloc.lock(), 1, 200));
+        cf.enqueue(v1);
+        cf.await_log(Version(1), Lsn(200), false); // Eventual
+                                                   // Version 2 did not describe its log end (a direct or multi-CF
+                                                   // commit): only its own committer publishes it.
+        cf.enqueue(Arc::new(version_of(&cf.alloc.lock(), 2, 300)));
+        cf.enqueue(Arc::new(version_of(&cf.alloc.lock(), 3, 400)));
+        cf.await_log(Version(3), Lsn(400), true);
+        cf.mark(Version(3), &Ok(()), marks(400, 400), &|_| {});
+        assert_eq!(cf.current.load().version, Version(1));
+        cf.mark(Version(2), &Ok(()), None, &|_| {});
+        assert_eq!(cf.current.load().version, Version(3));
+    }
+
+    #[test]
+    fn a_failed_version_stops_publication_and_fails_the_later_ones() {
+        let cf = cf();
+        queue(&cf, 2);
+        let failed = Err(Error::Poisoned(crate::error::PoisonCause::new(
+            "sync failed",
+        )));
+        assert!(cf.publish(Version(1), failed, None, &|_| {}).is_err());
+        // Whatever the log says, nothing after a failed version is shown.
+        cf.mark(Version(2), &Ok(()), marks(300, 300), &|_| {});
+        assert_eq!(cf.current.load().version, Version(0));
+        assert!(matches!(
+            cf.wait_published(Version(2)),
+            Err(Error::Poisoned(_))
+        ));
+    }
+}
+
 /// The version of a CF its durable base holds, and the end of the WAL it
 /// covers (replay of the CF resumes at records starting at or after it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -637,24 +772,49 @@ impl CfShared {
         q.assert_invariants(&self.current.load());
     }
 
+    /// Records that queued `version` (a logged commit, under the writer
+    /// lock) is durable enough once the log is written (`synced` false)
+    /// or synced past `end`: see [`PublishState::Log`].
+    pub fn await_log(&self, version: Version, end: Lsn, synced: bool) {
+        let mut q = self.publish.lock();
+        if let Some(e) = q
+            .entries
+            .iter_mut()
+            .rev()
+            .find(|(v, _)| v.version == version)
+        {
+            debug_assert_eq!(e.1, PublishState::Waiting);
+            e.1 = PublishState::Log { end, synced };
+        }
+    }
+
     /// Records whether `version` became as durable as its mode promises,
     /// publishes every ready version at the front of the queue, then waits
     /// until `version` itself is published. `Err(Poisoned)` if it or a
-    /// version before it failed.
+    /// version before it failed. `log` (the WAL's watermarks, read after
+    /// `durable` was known) also makes publishable the queued versions
+    /// [`CfShared::await_log`] described.
     pub fn publish(
         &self,
         version: Version,
         durable: Result<()>,
+        log: Option<LogMarks>,
         on_publish: OnPublish<'_>,
     ) -> Result<()> {
-        self.mark(version, &durable, on_publish);
+        self.mark(version, &durable, log, on_publish);
         durable?;
         self.wait_published(version)
     }
 
     /// The first half of [`CfShared::publish`]: records `version`'s state
-    /// and publishes the ready prefix of the queue, without waiting.
-    pub fn mark(&self, version: Version, durable: &Result<()>, on_publish: OnPublish<'_>) {
+    /// and publishes the publishable prefix of the queue, without waiting.
+    pub fn mark(
+        &self,
+        version: Version,
+        durable: &Result<()>,
+        log: Option<LogMarks>,
+        on_publish: OnPublish<'_>,
+    ) {
         let mut q = self.publish.lock();
         let state = match durable {
             Ok(()) => PublishState::Ready,
@@ -669,11 +829,7 @@ impl CfShared {
             return;
         }
         let mut newest = None;
-        while q
-            .entries
-            .front()
-            .is_some_and(|(_, s)| *s == PublishState::Ready)
-        {
+        while q.entries.front().is_some_and(|(_, s)| s.publishable(log)) {
             newest = q.entries.pop_front().map(|(v, _)| v);
         }
         if let Some(v) = newest {

@@ -196,6 +196,14 @@ impl Default for WalOptions {
 /// default): small enough that a small database has a small log.
 pub const DEFAULT_MIN_SEGMENT_BYTES: u64 = 256 << 10;
 
+/// How far the log was written and synced when someone looked: lower
+/// bounds of the watermarks from then on (they only grow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogMarks {
+    pub written: Lsn,
+    pub synced: Lsn,
+}
+
 /// Counters for benchmarks and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WalStats {
@@ -630,6 +638,15 @@ impl Wal {
     /// End of the log known durable.
     pub fn synced_lsn(&self) -> Lsn {
         self.state.lock().synced_lsn
+    }
+
+    /// The written and synced watermarks, read together.
+    pub fn marks(&self) -> LogMarks {
+        let st = self.state.lock();
+        LogMarks {
+            written: st.written_lsn,
+            synced: st.synced_lsn,
+        }
     }
 
     /// True if something appended is not yet durable.
