@@ -271,3 +271,25 @@ fn a_forgotten_reserved_value_fails_the_commit() -> sheafdb::Result<()> {
     assert_eq!(t.get(2)?.expect("2").value(), b"ef");
     Ok(())
 }
+
+/// A table handle forgotten (`mem::forget`) fails the commit with an
+/// error that names the table. The message printed the lock guard's
+/// internals (`RankedGuard { guard: {"t"}, _held: ... }`) before.
+#[test]
+fn a_forgotten_table_handle_fails_the_commit_naming_the_table() -> sheafdb::Result<()> {
+    let db = mem_db();
+    let tx = db.begin_write()?;
+    let mut t = tx.open_table(T)?;
+    t.insert(1, b"x".as_slice())?;
+    std::mem::forget(t);
+    let e = tx.commit().expect_err("a commit with a table still open");
+    let Error::InvalidArgument(m) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(m.contains("still open") && m.contains('"'), "{m}");
+    assert!(!m.contains("Guard") && !m.contains("rank"), "{m}");
+    // Nothing was committed, and the writer is free again.
+    assert!(db.begin_read()?.open_table(T).is_err());
+    drop(db.begin_write()?);
+    Ok(())
+}

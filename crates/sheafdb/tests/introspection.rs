@@ -303,3 +303,58 @@ fn check_progress_counts_every_page_in_use() -> Result<()> {
     assert_eq!(cf.stats()?.pages_in_use, r.pages_in_use);
     Ok(())
 }
+
+#[test]
+fn database_stats_beside_cf_creation_and_drops_never_fail() -> Result<()> {
+    // An adversarial probe: `Database::stats` walked the live CF list and
+    // failed with `CfNotFound` for a CF dropped (or created) after its
+    // snapshot was taken, about ten times a second beside a thread
+    // creating and dropping CFs. It now walks the snapshot's own CFs.
+    const ROWS: TableDefinition<u64, &[u8]> = TableDefinition::new("rows");
+    let db = builder().create_with_vfs(
+        Arc::new(sheafdb::storage::mem::MemVfs::new()),
+        "churn.sheaf",
+    )?;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<()> {
+        let churn = s.spawn(|| -> Result<u64> {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = format!("q{}", n % 4);
+                if db.cf(&name).is_ok() {
+                    db.drop_cf(&name)?;
+                } else {
+                    let cf = db.create_cf(&name)?;
+                    let tx = cf.begin_write()?;
+                    tx.open_table(ROWS)?.insert(n, [1u8; 100].as_slice())?;
+                    tx.commit()?;
+                }
+                n += 1;
+            }
+            Ok(n)
+        });
+        let start = std::time::Instant::now();
+        let mut calls = 0;
+        let result = (|| -> Result<()> {
+            while start.elapsed() < std::time::Duration::from_secs(3) {
+                let stats = db.stats()?;
+                // The default CF and at most the four churned ones, each
+                // with at most its one table.
+                assert!((1..=5).contains(&stats.column_families), "{stats:?}");
+                assert!(stats.tables <= 4, "{stats:?}");
+                calls += 1;
+            }
+            Ok(())
+        })();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let churned = churn.join().expect("the churn thread panicked")?;
+        result?;
+        assert!(
+            calls > 0 && churned > 10,
+            "{calls} stats calls, {churned} creations and drops"
+        );
+        Ok(())
+    })?;
+    db.check_integrity()?;
+    Ok(())
+}

@@ -125,12 +125,16 @@ impl Database {
             },
             ..DatabaseStats::default()
         };
-        for name in self.list_cfs()? {
-            let cf = self.cf(&name)?;
+        // The snapshot's own CFs: the live list may name a CF created or
+        // dropped since it was taken (an adversarial probe: `stats()`
+        // failed with `CfNotFound` beside a thread creating and dropping
+        // CFs; tests/introspection.rs).
+        for id in rx.cf_ids() {
+            let label = format!("cf {id}");
             s.column_families += 1;
-            for info in rx.list_table_info_in(&cf)? {
+            for info in rx.list_info_in(id, &label)? {
                 s.totals
-                    .add(&rx.open_untyped_table_in(&cf, &info.name)?.stats()?);
+                    .add(&rx.open_untyped_in(id, &label, &info.name)?.stats()?);
                 s.tables += 1;
             }
         }

@@ -254,6 +254,15 @@ impl ReadTransaction {
         self.open_named(cf, cf_name, name, false)
     }
 
+    /// The CFs this snapshot covers, by id (sorted): those that existed
+    /// when it was taken, whatever was created or dropped since.
+    pub(super) fn cf_ids(&self) -> Vec<CfId> {
+        match &self.snap {
+            Snap::One(id, _) => vec![*id],
+            Snap::All(all) => all.cfs.iter().map(|(id, _)| *id).collect(),
+        }
+    }
+
     pub(super) fn list_info_in(&self, cf: CfId, cf_name: &str) -> Result<Vec<TableInfo>> {
         let (pages, v) = self.version_of(cf, cf_name)?;
         let names = list_catalog(&pages, &v.catalog)?;

@@ -1385,8 +1385,10 @@ impl WriteCore {
     pub fn check_none_open(&self) -> Result<()> {
         let open = self.open_tables.lock();
         if !open.is_empty() {
+            let mut names: Vec<&String> = open.iter().collect();
+            names.sort();
             return Err(Error::InvalidArgument(format!(
-                "tables still open at commit: {open:?}"
+                "tables still open at commit: {names:?}"
             )));
         }
         Ok(())
