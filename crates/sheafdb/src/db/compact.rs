@@ -76,6 +76,41 @@ const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// bounds the call if that ever fails (a call proceeds or returns).
 const MAX_STEPS: usize = 4096;
 
+/// Steps in a row that moved pages but left the file no shorter than the
+/// shortest so far, after which `compact()` stops: the pages it moves are
+/// replaced at the end as fast by writers running beside it.
+const CHASING_STEPS: u32 = 3;
+
+/// Whether `compact()`'s steps still shorten the file. Writers beside the
+/// compaction keep taking pages at the end of the file: a step may move
+/// pages and leave the file no shorter than before, and the loop followed
+/// them until they stopped (an adversarial probe: one call ran 44-55 s
+/// beside four writers, multi-CF transfers and snapshot readers, until
+/// their 60 s load ended). The call compacts what it found: it stops after
+/// [`CHASING_STEPS`] steps in a row that moved pages without a new
+/// shortest length (its report then says `done: false`). Steps that moved
+/// nothing are not counted: `compact()` answers those by halving its
+/// reach, a bounded search that writer-free compactions need.
+#[derive(Debug, Default)]
+struct Chase {
+    shortest: Option<u64>,
+    chasing: u32,
+}
+
+impl Chase {
+    /// Records a step that left the file at `bytes_after` and moved pages
+    /// (`progressed`); true if the loop should stop.
+    fn stop_after(&mut self, bytes_after: u64, progressed: bool) -> bool {
+        if self.shortest.is_none_or(|s| bytes_after < s) {
+            self.shortest = Some(bytes_after);
+            self.chasing = 0;
+        } else if progressed {
+            self.chasing += 1;
+        }
+        self.chasing >= CHASING_STEPS
+    }
+}
+
 /// One step toward the packed length.
 struct Step {
     report: CompactReport,
@@ -666,6 +701,7 @@ impl DbShared {
         // down to 256 KiB, so the limit climbs to where moves succeed.
         let min_reach = 256u64 << 10;
         let mut reach = 64u64 << 20;
+        let mut chase = Chase::default();
         for _ in 0..MAX_STEPS {
             let Step {
                 report: r,
@@ -676,6 +712,17 @@ impl DbShared {
             total.pages_moved += r.pages_moved;
             total.done = r.done;
             if past_target == 0 {
+                break;
+            }
+            // Writers beside the compaction keep taking pages at the end
+            // of the file: a step may move pages and leave the file no
+            // shorter than before, and the loop would follow them until
+            // they stopped (an adversarial probe: one call ran 44-55 s
+            // beside four writers, until their load ended). The call
+            // compacts what it found: it stops after `CHASING_STEPS`
+            // steps in a row that moved pages without a new shortest
+            // length (its report then says `done: false`).
+            if chase.stop_after(r.bytes_after, progressed) {
                 break;
             }
             if !progressed {
@@ -761,5 +808,44 @@ impl DbShared {
             st.pages.rollback();
         }
         r.map(|()| moved)
+    }
+}
+
+#[cfg(test)]
+mod chase_tests {
+    use super::Chase;
+
+    #[test]
+    fn steps_that_move_pages_but_never_shorten_the_file_stop_the_loop() {
+        // The lengths an adversarial probe saw beside four writers: every
+        // step moved a few pages, the file swung between 4.5 and 10 MB.
+        let mut chase = Chase::default();
+        let lengths = [
+            9_800_000u64,
+            6_100_000,
+            4_500_000,
+            7_900_000,
+            10_000_000,
+            5_200_000,
+        ];
+        let stops: Vec<bool> = lengths.iter().map(|&l| chase.stop_after(l, true)).collect();
+        assert_eq!(stops, [false, false, false, false, false, true]);
+    }
+
+    #[test]
+    fn a_new_shortest_length_or_a_step_that_moved_nothing_keeps_it_going() {
+        let mut chase = Chase::default();
+        assert!(!chase.stop_after(100, true));
+        assert!(!chase.stop_after(120, true));
+        assert!(!chase.stop_after(110, true));
+        assert!(!chase.stop_after(90, true)); // shorter: counting restarts
+        assert!(!chase.stop_after(95, true));
+        assert!(!chase.stop_after(95, true));
+        // Steps that moved nothing (the reach is halved) do not count,
+        // however many: a writer-free compaction searches that way.
+        for _ in 0..10 {
+            assert!(!chase.stop_after(95, false));
+        }
+        assert!(chase.stop_after(91, true));
     }
 }
