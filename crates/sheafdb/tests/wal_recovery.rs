@@ -665,3 +665,105 @@ fn count_changes_cover_writes_made_after_a_spill() -> Result<()> {
     assert_eq!(db.replayed_records(), 1);
     assert_replayed_table(&db, T, &model)
 }
+
+/// Commits `before` transactions, checkpoints, commits `after` more, and
+/// crashes keeping every byte; returns the files and the model after each
+/// commit. One WAL segment (the default sizes).
+fn crashed_after_checkpoint(before: usize, after: usize) -> (common::Files, Vec<Model>) {
+    let vfs = SimVfs::new();
+    let db = common::builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), "d.sheaf")
+        .unwrap();
+    let mut models = vec![Model::new()];
+    let mut rng = StdRng::seed_from_u64(5);
+    for i in 0..before + after {
+        let mut m = models.last().unwrap().clone();
+        let tx = db.begin_write().unwrap();
+        random_writes(&tx, &mut m, &mut rng, 30).unwrap();
+        tx.commit().unwrap();
+        models.push(m);
+        if i + 1 == before {
+            db.checkpoint().unwrap();
+        }
+    }
+    let crashed = vfs.crash_with(0, CrashPolicy::KeepAll);
+    std::mem::forget(db);
+    (common::files_of(&crashed), models)
+}
+
+/// Opens a copy of `files` read-write: the state it reads, or its error.
+fn open_copy(files: &common::Files) -> Result<Model> {
+    let vfs = SimVfs::new();
+    for (n, b) in files {
+        vfs.set_file_bytes(n, b.clone());
+    }
+    let db = common::builder()
+        .background_checkpoints(false)
+        .open_with_vfs(Arc::new(vfs), "d.sheaf")?;
+    dump(&db)
+}
+
+fn the_segment(files: &common::Files) -> String {
+    let w: Vec<&String> = files.keys().filter(|n| n.contains("-wal")).collect();
+    assert_eq!(w.len(), 1, "expected one segment: {w:?}");
+    w[0].clone()
+}
+
+/// Every acknowledged commit, or a clear `Corrupted`: never a silent
+/// prefix.
+fn assert_whole_or_refused(got: Result<Model>, models: &[Model], what: &str) {
+    match got {
+        Ok(state) => assert!(
+            state == *models.last().unwrap(),
+            "{what}: opened silently at model {:?} of {}",
+            models.iter().position(|m| *m == state),
+            models.len() - 1
+        ),
+        Err(e) => assert!(
+            matches!(e, sheafdb::Error::Corrupted { .. }),
+            "{what}: {e:?}"
+        ),
+    }
+}
+
+/// A flipped bit in a WAL frame the last checkpoint already covers made
+/// replay stop there, and the acknowledged commit after the checkpoint
+/// (whose own mark is the replay start, so it was no "witness") vanished:
+/// the open succeeded one commit short and made the loss final (an
+/// adversarial probe). Rule O1 says the log was durable through the
+/// replay start, so a walk stopping below it stopped at damage.
+#[test]
+fn a_flip_below_the_replay_start_does_not_drop_the_commit_after_it() {
+    let (files, models) = crashed_after_checkpoint(4, 1);
+    let wal = the_segment(&files);
+    let mut damaged = files.clone();
+    damaged.get_mut(&wal).unwrap()[4096 + 100] ^= 0x10; // the first frame's payload
+    assert_whole_or_refused(open_copy(&damaged), &models, "flip below the replay start");
+    assert!(
+        open_copy(&files).unwrap() == *models.last().unwrap(),
+        "the undamaged copy"
+    );
+}
+
+/// Foreign bytes over one frame header in the middle of the log looked
+/// like a stale frame of an earlier use (its salt differs), and replay
+/// ended there with no error: five acknowledged commits gone (an
+/// adversarial probe). A stale frame's LSN is below its position and its
+/// mark no higher than its LSN; a header that breaks either is damage.
+#[test]
+fn garbage_over_a_frame_header_mid_log_is_refused_not_a_silent_prefix() {
+    let (files, models) = crashed_after_checkpoint(0, 6);
+    let wal = the_segment(&files);
+    let seg = &files[&wal];
+    let len1 = u32::from_le_bytes(seg[4096 + 4..4096 + 8].try_into().unwrap()) as usize;
+    let second = 4096 + 32 + len1;
+    let mut damaged = files.clone();
+    for (i, b) in damaged.get_mut(&wal).unwrap()[second..second + 32]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = 0xA5 ^ (i as u8);
+    }
+    assert_whole_or_refused(open_copy(&damaged), &models, "garbage frame header");
+}

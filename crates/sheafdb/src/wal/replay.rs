@@ -487,7 +487,7 @@ fn find_witness(
     let damage = |w: Witness, in_slot: usize, h: &SegmentHeader| {
         // A witness lies after the stop and vouches past it (and `from`).
         debug_assert!(w.lsn > stop_lsn, "a witness before the stop");
-        debug_assert!(w.synced > threshold && w.synced <= w.lsn);
+        debug_assert!(w.synced > stop_lsn && w.synced <= w.lsn);
         let limit = log_limit(slots, &headerless);
         debug_assert!(limit > w.lsn, "the log limit is below a frame");
         LogDamage {
@@ -511,8 +511,31 @@ fn find_witness(
             true => raw_header_at(reader, &header, stop_lsn)?,
             false => None,
         };
+        // A genuine stale frame (an earlier use of this file) carries a
+        // lower LSN than the position it sits at, and a mark no higher than
+        // its own LSN; a header that breaks either was damaged in place
+        // (foreign bytes over it), so the rest of the use is searched too.
         let in_place = stop.may_be_damage()
-            || (stop == StopReason::StaleSalt && at_stop.is_some_and(|h| h.lsn == stop_lsn));
+            || (stop == StopReason::StaleSalt
+                && at_stop.is_some_and(|h| h.lsn >= stop_lsn || h.synced > h.lsn));
+        // Ordering rule O1: the log was durable through `from` before the
+        // superblock naming it was written, so a walk that stops below
+        // `from` stopped at damage. A whole frame of this use at exactly
+        // `from`, appended when the stopped frame was already durable (its
+        // mark is past the stop), is the record the base needs next: the
+        // log went on past the damage (frames a crashed process left past
+        // a torn tail carry marks at most the tear, so they never count).
+        if stop_lsn < from && from < header.limit_lsn() {
+            if let Ok(f) = next_frame(reader, &header, from)? {
+                if f.synced > stop_lsn {
+                    let w = Witness {
+                        lsn: from,
+                        synced: f.synced,
+                    };
+                    return Ok(Some(damage(w, slot, &header)));
+                }
+            }
+        }
         if let Some(next) = at_stop.and_then(|h| next_by_length(&header, stop_lsn, &h)) {
             if let Some(w) = walk_for_witness(reader, &header, next, threshold)?.0 {
                 return Ok(Some(damage(w, slot, &header)));
