@@ -29,7 +29,6 @@ use crate::txn::{
 };
 use crate::types::{CfId, Lsn, PageId, Version};
 use crate::wal::record::Op;
-use crate::wal::LogMarks;
 
 /// What [`DbShared::fold_cf`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +102,7 @@ impl<'a> Unpublished<'a> {
         if let Err(e) = &durable {
             db.poison(e);
         }
-        let log = durable.is_ok().then(|| db.log_marks());
+        let log = durable.is_ok().then(|| db.wal().marks());
         self.cf.publish(self.version.version, durable, log, &|v| {
             db.note_published(id, v)
         })
@@ -122,9 +121,10 @@ impl<'a> Unpublished<'a> {
         let db = self.db;
         let id = self.cf.id;
         let version = self.version.version;
-        self.cf.mark(version, &Ok(()), Some(db.log_marks()), &|v| {
-            db.note_published(id, v)
-        });
+        self.cf
+            .mark(version, &Ok(()), Some(db.wal().marks()), &|v| {
+                db.note_published(id, v)
+            });
         Ready {
             cf: self.cf.clone(),
             version,
@@ -744,11 +744,6 @@ impl DbShared {
     }
 
     /// Makes `v` the version of `cf` in the database-wide snapshot.
-    /// The WAL's watermarks now (lower bounds from then on).
-    fn log_marks(&self) -> LogMarks {
-        self.wal().marks()
-    }
-
     pub(crate) fn note_published(&self, cf: CfId, v: &Arc<CfVersion>) {
         self.registry
             .snapshot

@@ -714,14 +714,7 @@ impl DbShared {
             if past_target == 0 {
                 break;
             }
-            // Writers beside the compaction keep taking pages at the end
-            // of the file: a step may move pages and leave the file no
-            // shorter than before, and the loop would follow them until
-            // they stopped (an adversarial probe: one call ran 44-55 s
-            // beside four writers, until their load ended). The call
-            // compacts what it found: it stops after `CHASING_STEPS`
-            // steps in a row that moved pages without a new shortest
-            // length (its report then says `done: false`).
+            // Writers beside it refill the tail: see `Chase`.
             if chase.stop_after(r.bytes_after, progressed) {
                 break;
             }

@@ -556,9 +556,10 @@ mod publish_tests {
         let cf = cf();
         let v1 = Arc::new(version_of(&cf.alloc.lock(), 1, 200));
         cf.enqueue(v1);
-        cf.await_log(Version(1), Lsn(200), false); // Eventual
-                                                   // Version 2 did not describe its log end (a direct or multi-CF
-                                                   // commit): only its own committer publishes it.
+        // Eventual: publishable once written past its end.
+        cf.await_log(Version(1), Lsn(200), false);
+        // Version 2 did not describe its log end (a direct or multi-CF
+        // commit): only its own committer publishes it.
         cf.enqueue(Arc::new(version_of(&cf.alloc.lock(), 2, 300)));
         cf.enqueue(Arc::new(version_of(&cf.alloc.lock(), 3, 400)));
         cf.await_log(Version(3), Lsn(400), true);
@@ -777,15 +778,11 @@ impl CfShared {
     /// or synced past `end`: see [`PublishState::Log`].
     pub fn await_log(&self, version: Version, end: Lsn, synced: bool) {
         let mut q = self.publish.lock();
-        if let Some(e) = q
-            .entries
-            .iter_mut()
-            .rev()
-            .find(|(v, _)| v.version == version)
-        {
-            debug_assert_eq!(e.1, PublishState::Waiting);
-            e.1 = PublishState::Log { end, synced };
-        }
+        // Queued last, under the same writer lock.
+        let last = q.entries.back_mut().expect("await_log after enqueue");
+        assert_eq!(last.0.version, version, "await_log for another version");
+        debug_assert_eq!(last.1, PublishState::Waiting);
+        last.1 = PublishState::Log { end, synced };
     }
 
     /// Records whether `version` became as durable as its mode promises,

@@ -67,6 +67,7 @@ mod segment;
 mod tests;
 
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -226,6 +227,10 @@ pub struct Wal {
     state: RankedMutex<State, { ranks::WAL_STATE }>,
     /// Signalled after every I/O round.
     round_done: Condvar,
+    /// Copies of `written_lsn` and `synced_lsn`, stored after the state's
+    /// (so never ahead of them), for [`Wal::marks`] without the mutex.
+    written_copy: AtomicU64,
+    synced_copy: AtomicU64,
     opts: WalOptions,
     /// Where spare segment files are made ([`Wal::prepare_spare`]).
     vfs: Arc<dyn Vfs>,
@@ -329,6 +334,8 @@ pub fn open(
             spare_asked: None,
         }),
         round_done: Condvar::new(),
+        written_copy: AtomicU64::new(next_lsn.0),
+        synced_copy: AtomicU64::new(next_lsn.0),
         opts,
         vfs,
         name: name.to_owned(),
@@ -483,6 +490,7 @@ impl Wal {
             // unwritten or unsynced.
             st.written_lsn = lsn;
             st.synced_lsn = lsn;
+            self.copy_marks(&st);
         }
         moved
     }
@@ -640,13 +648,22 @@ impl Wal {
         self.state.lock().synced_lsn
     }
 
-    /// The written and synced watermarks, read together.
+    /// The written and synced watermarks (lower bounds: read without the
+    /// mutex, from copies stored after each change).
     pub fn marks(&self) -> LogMarks {
-        let st = self.state.lock();
         LogMarks {
-            written: st.written_lsn,
-            synced: st.synced_lsn,
+            written: Lsn(self.written_copy.load(Ordering::Acquire)),
+            synced: Lsn(self.synced_copy.load(Ordering::Acquire)),
         }
+    }
+
+    /// Stores the copies [`Wal::marks`] reads; under the state's mutex,
+    /// after the watermarks changed.
+    fn copy_marks(&self, st: &State) {
+        debug_assert!(self.written_copy.load(Ordering::Relaxed) <= st.written_lsn.0);
+        debug_assert!(self.synced_copy.load(Ordering::Relaxed) <= st.synced_lsn.0);
+        self.written_copy.store(st.written_lsn.0, Ordering::Release);
+        self.synced_copy.store(st.synced_lsn.0, Ordering::Release);
     }
 
     /// True if something appended is not yet durable.
@@ -778,7 +795,10 @@ impl Wal {
             }
         };
         match &result {
-            Ok(wrote) => st.finish_round(end, need, *wrote),
+            Ok(wrote) => {
+                st.finish_round(end, need, *wrote);
+                self.copy_marks(st);
+            }
             Err(e) => {
                 let cause = PoisonCause::io("WAL write or sync failed", e);
                 st.poisoned.get_or_insert(cause);

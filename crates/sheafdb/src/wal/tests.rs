@@ -139,6 +139,27 @@ fn new_wal_is_empty() {
 }
 
 #[test]
+fn marks_follow_the_watermarks_without_passing_them() {
+    // `Wal::marks` reads copies stored after each round; publication
+    // relies on them never being ahead of what was written and synced.
+    let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
+    let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
+    let start = wal.marks();
+    assert_eq!((start.written, start.synced), (FIRST_LSN, FIRST_LSN));
+    let (_, end) = wal.append(&payload(1, 100)).unwrap();
+    // Appended, not written: the marks have not moved.
+    assert_eq!(wal.marks(), start);
+    wal.wait_written(end).unwrap();
+    let m = wal.marks();
+    assert_eq!(m.written, end);
+    assert!(m.synced < end && m.synced <= wal.synced_lsn());
+    wal.wait_durable(end).unwrap();
+    let m = wal.marks();
+    assert_eq!((m.written, m.synced), (end, end));
+    assert_eq!(m.synced, wal.synced_lsn());
+}
+
+#[test]
 fn round_trip_across_segments_from_any_lsn() {
     let vfs: Arc<dyn Vfs> = Arc::new(MemVfs::new());
     let (wal, _, _) = open_collect(Arc::clone(&vfs), SEG, Lsn(0));
