@@ -767,3 +767,52 @@ fn garbage_over_a_frame_header_mid_log_is_refused_not_a_silent_prefix() {
     }
     assert_whole_or_refused(open_copy(&damaged), &models, "garbage frame header");
 }
+
+/// A segment file cut short after frames of its use opened as if the log
+/// ended at the cut: the acknowledged commits past it vanished without an
+/// error (an adversarial probe). Segment files are full length and synced
+/// before any frame goes in, so no crash leaves one short with frames in
+/// it: the open refuses, and a salvage opens the prefix and reports it.
+#[test]
+fn a_segment_cut_short_after_its_frames_is_refused_not_a_silent_prefix() {
+    let (files, models) = crashed_after_checkpoint(0, 6);
+    let wal = the_segment(&files);
+    let seg = &files[&wal];
+    let len1 = u32::from_le_bytes(seg[4096 + 4..4096 + 8].try_into().unwrap()) as usize;
+    let second = 4096 + 32 + len1;
+    // A byte short of full length (only zeros are lost): the whole log.
+    let mut zeros_cut = files.clone();
+    zeros_cut.get_mut(&wal).unwrap().truncate(seg.len() - 1);
+    assert!(open_copy(&zeros_cut).unwrap() == *models.last().unwrap());
+    // Mid-way through the second frame, and at its start.
+    for cut in [second + 7, second] {
+        let mut damaged = files.clone();
+        damaged.get_mut(&wal).unwrap().truncate(cut);
+        let what = format!("segment cut to {cut} bytes");
+        match open_copy(&damaged) {
+            Ok(state) => panic!(
+                "{what}: opened silently at model {:?} of {}",
+                models.iter().position(|m| *m == state),
+                models.len() - 1
+            ),
+            Err(e) => assert!(e.to_string().contains("cut short"), "{what}: {e:?}"),
+        }
+        let vfs = SimVfs::new();
+        for (n, b) in &damaged {
+            vfs.set_file_bytes(n, b.clone());
+        }
+        let db = common::builder()
+            .background_checkpoints(false)
+            .salvage_damaged_wal(true)
+            .open_with_vfs(Arc::new(vfs), "d.sheaf")
+            .unwrap();
+        let damage = db
+            .wal_damage()
+            .expect("the salvage reports the cut")
+            .clone();
+        assert_eq!(damage.reason, "FileCut", "{what}");
+        let state = dump(&db).unwrap();
+        assert!(state == models[1], "{what}: not the first commit alone");
+        db.check_integrity().unwrap();
+    }
+}

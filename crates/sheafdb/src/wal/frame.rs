@@ -95,6 +95,11 @@ pub enum StopReason {
     SegmentFull,
     /// The segment file ends before the frame does (a truncated file).
     FileEnd,
+    /// The segment file ends before the frame does, after frames of this
+    /// use, and is shorter than its header says: it was cut after it had
+    /// been made full length (durably, before any frame went in), so
+    /// whatever followed is lost to damage, not to a torn write.
+    FileCut,
     /// The frame header is all zeros (space never written in this use).
     ZeroedSpace,
     /// The salt belongs to another use (a stale record of recycled space).

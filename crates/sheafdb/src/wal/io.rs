@@ -217,8 +217,14 @@ impl SegmentIo {
             "frames written over a header block"
         );
         debug_assert!(!run.bufs.is_empty(), "an empty frame run was written");
+        let file = self.file(run.slot)?;
+        // O14: frames go only into a file already at its use's full length.
+        debug_assert!(
+            file.len().map_or(true, |len| len >= self.sizes[run.slot]),
+            "frames written into a segment file shorter than its use"
+        );
         let bufs: Vec<&[u8]> = run.bufs.iter().map(Vec::as_slice).collect();
-        self.file(run.slot)?.write_vectored_at(run.offset, &bufs)?;
+        file.write_vectored_at(run.offset, &bufs)?;
         self.mark_dirty(run.slot);
         Ok(())
     }

@@ -114,6 +114,16 @@ pub struct LogDamage {
 
 impl std::fmt::Display for LogDamage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.stop == StopReason::FileCut {
+            return write!(
+                f,
+                "WAL segment cut short at {} (LSN {}), after frames of the use whose header is at \
+                 {} (from LSN {}): the header says the file is longer, and a segment file \
+                 reaches its full length durably before any frame goes in, so the records that \
+                 followed were lost to damage",
+                self.stop_at, self.stop_lsn.0, self.witness_at, self.witness_lsn.0,
+            );
+        }
         write!(
             f,
             "WAL frame at LSN {} ({}) is damaged ({:?}), but the frame at LSN {} ({}) records \
@@ -324,6 +334,12 @@ pub(crate) fn replay(
                     .iter()
                     .filter(|s| s.header.is_some_and(|h| h.seq > header.seq))
                     .count();
+                if cut_after_frames(slot, &header, end, rec.summary.stop) {
+                    rec.summary.stop = StopReason::FileCut;
+                    let damage = cut_damage(slots, db_name, cur, end)?;
+                    rec.summary.damage = Some(salvaged(damage, salvage)?);
+                    return Ok(rec);
+                }
                 // The walk's reader still holds the bytes where it stopped.
                 let last = Some((cur, &mut reader));
                 let stop = (end, rec.summary.stop);
@@ -334,6 +350,44 @@ pub(crate) fn replay(
             }
         }
     }
+}
+
+/// True if the walk of a use ended at the end of its file (`stop`, at
+/// `end`) after at least one frame, in a file shorter than the header says.
+/// A use's file is zero-filled to its full length and synced before its
+/// first frame is written (`io.rs`, `preallocate`; a recovered log always
+/// starts a fresh use), so no crash leaves frames in a short file: it was
+/// cut afterwards. (A file cut before any frame may be a crash during the
+/// zero fill, and ends the log there.)
+fn cut_after_frames(
+    slot: &ScannedSlot,
+    header: &SegmentHeader,
+    end: Lsn,
+    stop: StopReason,
+) -> bool {
+    stop == StopReason::FileEnd && slot.len_bytes < header.segment_bytes && end > header.start_lsn
+}
+
+/// The damage of use `cur`'s file cut short at `end` (see
+/// [`cut_after_frames`]). Its header is the proof: nothing past `end` is
+/// known to have been durable, so `synced` is `end`.
+fn cut_damage(slots: &[ScannedSlot], db_name: &str, cur: usize, end: Lsn) -> Result<LogDamage> {
+    let header = header_of(slots, cur);
+    let name = segment_name(db_name, slot_at(slots, cur).slot);
+    let limit = log_limit(slots, &headerless_uses(slots)?);
+    debug_assert!(limit >= end, "the log limit is below the cut");
+    Ok(LogDamage {
+        stop_lsn: end,
+        stop: StopReason::FileCut,
+        stop_at: Location::File {
+            name: name.clone(),
+            offset: file_offset(&header, end),
+        },
+        witness_lsn: header.start_lsn,
+        witness_at: Location::File { name, offset: 0 },
+        synced: end,
+        log_limit: limit,
+    })
 }
 
 /// Slot `i`: an index `starting_use`/`successor` returned (an engine

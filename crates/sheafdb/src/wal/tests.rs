@@ -325,8 +325,14 @@ fn end_of(r: &(Lsn, Vec<u8>)) -> Lsn {
     Lsn(r.0 .0 + (FRAME_HEADER_BYTES + r.1.len()) as u64)
 }
 
+/// A segment file is full length (synced) before its first frame goes in,
+/// so one cut short after frames of its use was damaged, not torn by a
+/// crash: the open refuses it, and a salvage opens the prefix and reports
+/// the damage. A file cut before any frame of its use (a crash while it
+/// was being zero-filled) ends the log there.
 #[test]
 fn truncated_file() {
+    let mut refused = 0;
     for cut_back in [1u64, 10, 24, 25, 500, 1500] {
         let (sim, records) = sim_log(100);
         let end = end_of(records.last().unwrap());
@@ -340,20 +346,45 @@ fn truncated_file() {
             .cloned()
             .collect();
         assert!(expected.len() < records.len());
-        let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
-        assert_eq!(got, expected, "cut back {cut_back}");
-        assert!(
-            matches!(s.stop, StopReason::FileEnd | StopReason::ZeroedSpace),
-            "{:?}",
-            s.stop
-        );
-        check_reopen_cycle(
-            sim_arc(&sim),
-            SEG,
-            &expected,
-            &format!("cut back {cut_back}"),
-        );
+        let ctx = format!("cut back {cut_back}");
+        let frames_before_cut = expected.iter().any(|r| locate(&sim, r.0).0 == name);
+        if !frames_before_cut {
+            let (_, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+            assert_eq!(got, expected, "{ctx}");
+            assert_eq!(s.stop, StopReason::FileEnd, "{ctx}");
+            check_reopen_cycle(sim_arc(&sim), SEG, &expected, &ctx);
+            continue;
+        }
+        let err = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(()))
+            .err()
+            .unwrap_or_else(|| panic!("{ctx}: the cut went unnoticed"));
+        assert!(err.is_corrupted(), "{ctx}: {err}");
+        assert!(err.to_string().contains("cut short"), "{ctx}: {err}");
+        refused += 1;
+        let mut got = Vec::new();
+        let (wal, s) = open(sim_arc(&sim), DB, salvage_opts(), Lsn(0), &mut |lsn, p| {
+            got.push((lsn, p.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, expected, "{ctx}");
+        assert_eq!(s.stop, StopReason::FileCut, "{ctx}");
+        let d = s.damage.clone().expect("the cut is reported");
+        assert_eq!(d.stop_lsn, end_of(expected.last().unwrap()), "{ctx}");
+        assert!(d.to_string().contains("cut short"), "{ctx}: {d}");
+        // The salvaged log continues past every damaged use, and a later
+        // open from there neither refuses nor resurrects anything.
+        assert!(wal.skip_to(d.log_limit));
+        let new = append_n(&wal, 5000, 30, &[90, 400]);
+        drop(wal);
+        let (_, again, s2) = open_collect(sim_arc(&sim), SEG, d.log_limit);
+        assert_eq!(again, new, "{ctx}");
+        assert_eq!(s2.damage, None, "{ctx}");
     }
+    assert!(
+        refused >= 4,
+        "only {refused} cuts fell after frames of their use"
+    );
 }
 
 #[test]
