@@ -84,6 +84,10 @@ pub struct ReplaySummary {
     /// Uses that followed the stopping point but did not continue the log
     /// (their records are not part of it and their segments are free).
     pub uses_abandoned: usize,
+    /// A damaged frame below `from` that replay walked past, resuming at
+    /// the whole frame at `from` (the base already holds every record
+    /// below `from`, so nothing is lost): its LSN and why it was refused.
+    pub damage_below_start: Option<(Lsn, StopReason)>,
     /// Set when replay stopped at a damaged frame that a later frame proves
     /// was durable (only with `WalOptions::salvage`; otherwise that is a
     /// `Corrupted` error).
@@ -297,6 +301,7 @@ pub(crate) fn replay(
             stopped_at: None,
             uses_replayed: 0,
             uses_abandoned: 0,
+            damage_below_start: None,
             damage: None,
         },
         kept: Vec::new(),
@@ -473,7 +478,7 @@ fn replay_use(
     };
     let mut lsn = header.start_lsn;
     let stop = loop {
-        match next_frame(reader, &header, lsn)? {
+        let reason = match next_frame(reader, &header, lsn)? {
             Ok(Frame {
                 bytes: frame_bytes,
                 payload,
@@ -489,9 +494,15 @@ fn replay_use(
                 debug_assert!(frame_bytes > 0, "an empty frame was accepted");
                 lsn = Lsn(lsn.0 + frame_bytes);
                 debug_assert!(lsn <= header.limit_lsn(), "a frame passes its use's end");
+                continue;
             }
-            Err(reason) => break reason,
+            Err(reason) => reason,
+        };
+        if !resumes_at_start(reader, &header, lsn, from, summary)? {
+            break reason;
         }
+        summary.damage_below_start = Some((lsn, reason));
+        lsn = from;
     };
     debug_assert!(lsn >= header.start_lsn, "replay ended before its use began");
     summary.end_lsn = lsn;
@@ -501,6 +512,29 @@ fn replay_use(
         offset: file_offset(&header, lsn),
     });
     Ok(lsn)
+}
+
+/// True if a walk that stopped at `stop` below the replay start `from`
+/// goes on at `from`: by rule O1 the log was durable through `from` before
+/// the superblock naming it was written, so a stop below it is damage (no
+/// torn tail lies there), and the records below `from` are in the base
+/// already. The walk resumes only at a whole frame of this use at exactly
+/// `from` (its salt, LSN and checksum hold), and only once per replay.
+fn resumes_at_start(
+    reader: &mut UseReader<'_>,
+    header: &SegmentHeader,
+    stop: Lsn,
+    from: Lsn,
+    summary: &ReplaySummary,
+) -> Result<bool> {
+    if stop >= from || from >= header.limit_lsn() || summary.damage_below_start.is_some() {
+        return Ok(false);
+    }
+    debug_assert!(
+        from >= header.start_lsn,
+        "replay started in a use after `from`"
+    );
+    Ok(next_frame(reader, header, from)?.is_ok())
 }
 
 /// Looks for proof that the log went on durably past `stop` (the LSN
@@ -572,24 +606,6 @@ fn find_witness(
         let in_place = stop.may_be_damage()
             || (stop == StopReason::StaleSalt
                 && at_stop.is_some_and(|h| h.lsn >= stop_lsn || h.synced > h.lsn));
-        // Ordering rule O1: the log was durable through `from` before the
-        // superblock naming it was written, so a walk that stops below
-        // `from` stopped at damage. A whole frame of this use at exactly
-        // `from`, appended when the stopped frame was already durable (its
-        // mark is past the stop), is the record the base needs next: the
-        // log went on past the damage (frames a crashed process left past
-        // a torn tail carry marks at most the tear, so they never count).
-        if stop_lsn < from && from < header.limit_lsn() {
-            if let Ok(f) = next_frame(reader, &header, from)? {
-                if f.synced > stop_lsn {
-                    let w = Witness {
-                        lsn: from,
-                        synced: f.synced,
-                    };
-                    return Ok(Some(damage(w, slot, &header)));
-                }
-            }
-        }
         if let Some(next) = at_stop.and_then(|h| next_by_length(&header, stop_lsn, &h)) {
             if let Some(w) = walk_for_witness(reader, &header, next, threshold)?.0 {
                 return Ok(Some(damage(w, slot, &header)));

@@ -1183,7 +1183,7 @@ fn damage_to_the_last_durable_frame_reads_as_a_torn_tail() {
 }
 
 #[test]
-fn damage_before_the_replay_start_matters_only_if_the_log_went_past_it() {
+fn damage_before_the_replay_start_is_walked_past_to_the_frame_at_the_start() {
     let (sim, records) = durable_log(200);
     // A damaged record in the last segment, before the replay start: the
     // walk starts at the use's first frame and stops at the damage.
@@ -1195,16 +1195,29 @@ fn damage_before_the_replay_start_matters_only_if_the_log_went_past_it() {
     assert!(k + 4 < records.len());
     let (name, off) = locate(&sim, records[k].0);
     edit_file(&sim, &name, |b| b[off + FRAME_HEADER_BYTES + 1] ^= 0x01);
-    // Records from k + 3 on are needed and were durable: corruption.
+    // Records from k + 3 on are needed and were durable (rule O1): replay
+    // resumes at the whole frame at the start, and the base holds the rest.
     let from = records[k + 3].0;
-    let err = open(sim_arc(&sim), DB, opts(SEG), from, &mut |_, _| Ok(())).unwrap_err();
-    assert!(err.is_corrupted(), "{err}");
+    let (_, got, s) = open_collect(sim_arc(&sim), SEG, from);
+    assert_eq!(got, records[k + 3..].to_vec());
+    assert_eq!(
+        s.damage_below_start,
+        Some((records[k].0, StopReason::ChecksumMismatch))
+    );
+    assert_eq!(s.end_lsn, end_of(records.last().unwrap()));
+    assert_eq!(s.damage, None);
     // A base past every record needs none of them: the log just ends.
     let past = end_of(records.last().unwrap());
     let (_, got, s) = open_collect(sim_arc(&sim), SEG, past);
     assert!(got.is_empty());
     assert_eq!(s.end_lsn, records[k].0);
     assert_eq!(s.damage, None);
+    // The log continues after the resumed walk, and reopens the same way.
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, from);
+    let new = append_n(&wal, 9000, 5, &[60, 700]);
+    drop(wal);
+    let (_, again, _) = open_collect(sim_arc(&sim), SEG, from);
+    assert_eq!(again, [&records[k + 3..], &new[..]].concat());
 }
 
 #[test]
