@@ -747,6 +747,18 @@ fn a_flip_below_the_replay_start_does_not_drop_the_commit_after_it() {
         open_copy(&damaged).unwrap() == *models.last().unwrap(),
         "flip below the replay start"
     );
+    // The open says it walked past damage (a sign of a failing disk).
+    let vfs = SimVfs::new();
+    for (n, b) in &damaged {
+        vfs.set_file_bytes(n, b.clone());
+    }
+    let db = common::builder()
+        .background_checkpoints(false)
+        .open_with_vfs(Arc::new(vfs), "d.sheaf")
+        .unwrap();
+    // The first frame (LSNs start at 4096, the first frame offset).
+    assert_eq!(db.wal_damage_passed(), Some(4096));
+    assert!(db.wal_damage().is_none());
     assert!(
         open_copy(&files).unwrap() == *models.last().unwrap(),
         "the undamaged copy"

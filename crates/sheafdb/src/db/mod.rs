@@ -183,6 +183,9 @@ pub(crate) struct DbShared {
     /// Damage in the middle of the WAL this open salvaged around
     /// (`Builder::salvage_damaged_wal`): the commits from it on are lost.
     pub wal_damage: OnceLock<WalDamage>,
+    /// LSN of a damaged WAL frame below the replay start this open walked
+    /// past (its records were in the base already; nothing was lost).
+    pub wal_damage_passed: OnceLock<u64>,
     /// Bytes of the CFs' key filters, their bound, and the signal of the
     /// `sheafdb-keyfilter` thread (`db::key_filter`).
     pub filter_budget: Arc<crate::txn::key_filter::FilterBudget>,
@@ -823,6 +826,15 @@ impl Database {
     /// `lost_from_lsn` on were lost.
     pub fn wal_damage(&self) -> Option<&WalDamage> {
         self.shared.wal_damage.get()
+    }
+
+    /// A damaged WAL frame that this open found below the last
+    /// checkpoint's replay start and walked past, if any: its LSN. The
+    /// checkpoint already held every record below that start, so nothing
+    /// was lost, but bytes that were durable changed on disk: a sign of a
+    /// failing disk or of writes from outside.
+    pub fn wal_damage_passed(&self) -> Option<u64> {
+        self.shared.wal_damage_passed.get().copied()
     }
 
     /// Bytes committed but not yet written by a checkpoint.

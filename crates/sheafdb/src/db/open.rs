@@ -156,6 +156,12 @@ fn open_wal(
         let public = WalDamage::new(damage);
         shared.wal_damage.set(public).expect("one open, one replay");
     }
+    if let Some((lsn, _)) = summary.damage_below_start {
+        shared
+            .wal_damage_passed
+            .set(lsn.0)
+            .expect("one open, one replay");
+    }
     let skipped = wal.skip_to(floor);
     shared.wal.set(Arc::new(wal)).expect("WAL opened once");
     shared
@@ -426,6 +432,7 @@ fn new_shared(
             opts.options.key_filter_min_keys,
         )),
         wal_damage: OnceLock::new(),
+        wal_damage_passed: OnceLock::new(),
         threads: parking_lot::Mutex::new(Threads::default()),
     }))
 }
