@@ -708,7 +708,15 @@ fn plan(
             // A direct commit made its version the base and has not
             // published it yet: this snapshot is behind the base, and
             // writing it would take the commit back out (`cut_tail`
-            // makes no cut meanwhile, so its extents are unchanged).
+            // makes no cut meanwhile, and `pool_free_space` pools none of
+            // its runs, so its extents are unchanged: the descriptor it has
+            // on disk still matches the extent map this checkpoint writes).
+            debug_assert!(
+                !cf.extents_changed.load(Ordering::Acquire),
+                "cf {}: extents changed while a direct commit is unpublished; \
+                 skipping it would persist an extent map its descriptor does not match",
+                cf.id
+            );
             continue;
         }
         let cut = cf.extents_changed.load(Ordering::Acquire);
