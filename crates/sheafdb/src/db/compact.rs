@@ -858,9 +858,10 @@ mod pool_tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
+    use crate::db::Database;
     use crate::storage::mem::MemVfs;
+    use crate::table::types::TableDefinition;
     use crate::types::Version;
-    use crate::{Database, TableDefinition};
 
     const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
 
