@@ -191,7 +191,10 @@ impl DbShared {
         self.wal().append(&payload)
     }
 
-    /// Waits for a CF record's sync; the registry already shows it, so a
+    /// Waits for a CF record's sync, before the registry shows it (under
+    /// `registry.change`): no other thread sees a CF created, or misses
+    /// one dropped, before the change is durable, so a crash never undoes
+    /// what a lookup already reported. The record may be written, so a
     /// failure poisons.
     fn wait_cf_record(&self, end: Lsn) -> Result<()> {
         self.wal().wait_durable(end).inspect_err(|e| self.poison(e))
@@ -200,14 +203,11 @@ impl DbShared {
     fn create_cf(self: &Arc<Self>, name: &str) -> Result<Arc<CfShared>> {
         let _open = self.health.enter_commit()?;
         let id = CfId(self.registry.next_id.fetch_add(1, Ordering::AcqRel));
-        let (cf, end) = {
-            let _change = self.registry.change.write();
-            let (lsn, end) = self.append_cf_record(id, Op::CreateCf { name })?;
-            let cf = self.new_cf_state(id, name, lsn)?;
-            self.registry.register(cf.clone());
-            (cf, end)
-        };
+        let _change = self.registry.change.write();
+        let (lsn, end) = self.append_cf_record(id, Op::CreateCf { name })?;
+        let cf = self.new_cf_state(id, name, lsn)?;
         self.wait_cf_record(end)?;
+        self.registry.register(cf.clone());
         Ok(cf)
     }
 }
@@ -298,16 +298,14 @@ impl Database {
         };
         cf.wait_publication(None, &|| self.shared.health.check_writable())?;
         let _open = self.shared.health.enter_commit()?;
-        let end = {
-            let _change = self.shared.registry.change.write();
-            let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;
-            self.shared.registry.unregister(&cf);
-            // B2: a dropped CF's buffer leaves the budget (no commit can
-            // reach it: we hold its writer lock, and it is no longer live).
-            self.shared.budget.release(writer.head.buffer.bytes());
-            end
-        };
-        self.shared.wait_cf_record(end)
+        let _change = self.shared.registry.change.write();
+        let (_, end) = self.shared.append_cf_record(cf.id, Op::DropCf)?;
+        self.shared.wait_cf_record(end)?;
+        self.shared.registry.unregister(&cf);
+        // B2: a dropped CF's buffer leaves the budget (no commit can reach
+        // it: we hold its writer lock, and it is no longer live).
+        self.shared.budget.release(writer.head.buffer.bytes());
+        Ok(())
     }
 
     /// Names of all column families (the default one included), sorted.
