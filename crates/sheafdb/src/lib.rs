@@ -38,7 +38,7 @@ pub(crate) mod wal;
 pub use db::{
     BackupProgress, BackupReport, Builder, CfStats, ColumnFamily, CompactReport, Database,
     DatabaseStats, FileInfo, IntegrityReport, MemoryStats, WalDamage, DEFAULT_DIRECT_COMMIT_BYTES,
-    MAX_CF_NAME, MIN_WAL_RECORD_BYTES,
+    MAX_CF_NAME, MAX_EXTENT_BYTES, MIN_WAL_RECORD_BYTES,
 };
 pub use db::{
     MultiWriteTransaction, ReadTransaction, Savepoint, TableInfo, UntypedReadTable, UntypedTable,

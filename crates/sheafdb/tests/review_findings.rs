@@ -608,3 +608,63 @@ fn one_damaged_catalog_entry_does_not_keep_a_writer_from_an_intact_table() {
     assert_eq!(len.ok(), Some(1), "a typed open of the intact table");
     assert!(tx.list_tables().is_err(), "the damage is still reported");
 }
+
+/// Findings of an adversarial probe of API edges (session 29), each
+/// failing (hanging, or aborting the process) before its fix.
+mod api_edges {
+    use sheafdb::{Database, Error};
+
+    /// `extent_sizes(u64::MAX, u64::MAX)` was taken, and the first commit
+    /// aborted the process allocating terabytes of cache bookkeeping.
+    #[test]
+    fn huge_extent_sizes_are_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        for (first, max) in [(u64::MAX, u64::MAX), (1 << 20, 1 << 50), (1 << 40, 1 << 20)] {
+            let r = Database::builder()
+                .extent_sizes(first, max)
+                .create(dir.path().join("e.sheaf"));
+            assert!(
+                matches!(r, Err(Error::InvalidArgument(_))),
+                "{first} / {max}: {r:?}"
+            );
+        }
+        let at_limit = sheafdb::MAX_EXTENT_BYTES;
+        let db = Database::builder()
+            .extent_sizes(1 << 20, at_limit)
+            .create(dir.path().join("e.sheaf"))
+            .unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(sheafdb::TableDefinition::<u64, u64>::new("t"))
+            .unwrap()
+            .insert(1, 2)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+
+    /// Opening a FIFO blocked forever in `open(2)`, waiting for a writer.
+    #[test]
+    fn a_fifo_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f.sheaf");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let outcomes = [
+                Database::open_read_only(&path).map(drop),
+                Database::open(&path).map(drop),
+                Database::create(&path).map(drop),
+            ];
+            tx.send(outcomes.map(|r| r.map_err(|e| e.to_string())))
+                .unwrap();
+        });
+        let outcomes = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("opening a FIFO hung");
+        for r in outcomes {
+            let e = r.expect_err("a FIFO opened as a database");
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+    }
+}

@@ -351,6 +351,9 @@ pub struct MemoryStats {
 /// zero one kept a background thread spinning on a core.
 const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(1);
 
+/// The largest extent size [`Builder::extent_sizes`] accepts (1 GiB).
+pub const MAX_EXTENT_BYTES: u64 = 1 << 30;
+
 /// Options for creating or opening a database.
 #[derive(Debug, Clone)]
 pub struct Builder {
@@ -577,11 +580,25 @@ impl Builder {
     }
 
     /// Size of a column family's first extent and the cap on its growth
-    /// step (defaults 1 MiB and 64 MiB).
+    /// step (defaults 1 MiB and 64 MiB; at most [`MAX_EXTENT_BYTES`], or
+    /// the open fails with `InvalidArgument`).
     pub fn extent_sizes(mut self, first_bytes: u64, max_bytes: u64) -> Self {
         self.extent_first_bytes = Some(first_bytes);
         self.extent_max_bytes = Some(max_bytes);
         self
+    }
+
+    /// `InvalidArgument` for an extent size past [`MAX_EXTENT_BYTES`]
+    /// (such a size made the first commit try to allocate terabytes of
+    /// cache bookkeeping and abort the process; an adversarial probe).
+    fn check_extent_sizes(&self) -> Result<()> {
+        let sizes = [self.extent_first_bytes, self.extent_max_bytes];
+        match sizes.into_iter().flatten().find(|&b| b > MAX_EXTENT_BYTES) {
+            Some(b) => Err(Error::InvalidArgument(format!(
+                "extent size {b} bytes is past the limit of {MAX_EXTENT_BYTES} bytes"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn policy(&self, page_size: usize) -> ExtentPolicy {

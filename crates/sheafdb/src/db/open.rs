@@ -46,6 +46,7 @@ pub(super) fn open(
             opts.page_size
         )));
     }
+    opts.check_extent_sizes()?;
     let read_only = opts.read_only;
     if read_only && create {
         return Err(Error::InvalidArgument(

@@ -77,6 +77,9 @@ impl FsVfs {
 fn open_options(mode: OpenMode) -> OpenOptions {
     let mut opts = OpenOptions::new();
     opts.read(true).write(mode != OpenMode::ReadOnly);
+    // Never blocks in `open(2)` (a FIFO would wait for a peer); without
+    // effect on the regular files `FsVfs::open` accepts.
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
     match mode {
         OpenMode::Existing | OpenMode::ReadOnly => {}
         OpenMode::CreateNew => {
@@ -92,10 +95,19 @@ fn open_options(mode: OpenMode) -> OpenOptions {
 impl Vfs for FsVfs {
     fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn Storage>> {
         let path = self.path(name)?;
+        let shown = path.display().to_string();
         let file = open_options(mode)
             .open(&path)
-            .map_err(|e| with_path(&path.display().to_string(), e))?;
-        let storage = Arc::new(FileStorage::named(file, path.display().to_string()));
+            .map_err(|e| with_path(&shown, e))?;
+        // Only a regular file: opening a FIFO for reading blocked until a
+        // writer came (an adversarial probe), and a device is no database.
+        if !file.metadata().map_err(|e| with_path(&shown, e))?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{shown} is not a regular file"),
+            ));
+        }
+        let storage = Arc::new(FileStorage::named(file, shown));
         if mode == OpenMode::ReadOnly {
             return Ok(Arc::new(super::ReadOnlyFile(storage)));
         }
