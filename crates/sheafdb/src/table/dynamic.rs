@@ -136,7 +136,16 @@ const INTEGERS: [(&str, usize, bool); 10] = [
 /// skipped (the library writes none, people may type some).
 struct Parser<'a> {
     rest: &'a str,
+    /// Types open around the one being read (bounded by
+    /// [`MAX_TYPE_DEPTH`]: a name read from a file nests as deep as it
+    /// likes, and recursion past the stack aborted the process).
+    depth: usize,
 }
+
+/// How deeply type names may nest (`Option<(Option<…`); deeper names are
+/// not recognised (an adversarial probe overflowed the CLI's stack with a
+/// name of 200,000 `(` stored in a catalog).
+pub const MAX_TYPE_DEPTH: usize = 64;
 
 impl Parser<'_> {
     fn skip_spaces(&mut self) {
@@ -183,6 +192,16 @@ impl Parser<'_> {
     }
 
     fn ty(&mut self) -> Option<DynType> {
+        if self.depth >= MAX_TYPE_DEPTH {
+            return None;
+        }
+        self.depth += 1;
+        let ty = self.ty_inner();
+        self.depth -= 1;
+        ty
+    }
+
+    fn ty_inner(&mut self) -> Option<DynType> {
         if self.eat("(") {
             return self.tuple_rest();
         }
@@ -245,8 +264,12 @@ impl DynType {
     /// this module knows; `None` otherwise (a user-defined type, or a
     /// composite containing one). Spaces between tokens are allowed;
     /// [`fmt::Display`] gives the name back as the library writes it.
+    /// Names nested deeper than [`MAX_TYPE_DEPTH`] are `None`.
     pub fn parse(name: &str) -> Option<DynType> {
-        let mut p = Parser { rest: name };
+        let mut p = Parser {
+            rest: name,
+            depth: 0,
+        };
         let ty = p.ty()?;
         p.skip_spaces();
         p.rest.is_empty().then_some(ty)

@@ -465,3 +465,24 @@ fn multimap_type_names_and_pairs() {
     assert!(split_multimap_pair(b"no terminator").is_err());
     assert!(split_multimap_pair(b"bad\0escape").is_err());
 }
+
+/// A type name nested past the limit is not recognised instead of
+/// recursing off the stack (a catalog name of 200,000 `(` aborted the
+/// CLI); nesting up to the limit still parses.
+#[test]
+fn deeply_nested_type_names_are_refused_not_a_stack_overflow() {
+    let deep = "(".repeat(200_000);
+    assert_eq!(DynType::parse(&deep), None);
+    let options = "Option<".repeat(100_000) + "u8" + &">".repeat(100_000);
+    assert_eq!(DynType::parse(&options), None);
+    let depth = super::MAX_TYPE_DEPTH - 1;
+    let fits = "Option<".repeat(depth) + "u8" + &">".repeat(depth);
+    let mut ty = DynType::parse(&fits).expect("within the limit");
+    for _ in 0..depth {
+        ty = match ty {
+            DynType::Option(inner) => *inner,
+            other => panic!("{other:?}"),
+        };
+    }
+    assert_eq!(ty, DynType::Unsigned(1));
+}
