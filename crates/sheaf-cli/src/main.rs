@@ -199,7 +199,8 @@ fn open_failure(path: &Path, e: Error) -> Failure {
     let shown = path.display();
     match e {
         Error::DatabaseAlreadyOpen => Failure::new(format!(
-            "{shown}: the database is locked: another process has it open for writing"
+            "{shown}: the database is locked: another process has it open (for writing, \
+             or for reading while this command needs to write)"
         )),
         Error::NotADatabase(why) => {
             // The library's reason starts with the file name (and may

@@ -1075,3 +1075,44 @@ fn info_lists_a_table_with_a_very_long_type_name() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells, ["t", long.as_str(), "u8", "1"]);
 }
+
+/// A row whose key and value both encode to no bytes (`""` in a
+/// `<str, ()>` set) dumps in hex as a line of one space; the load took
+/// that for a blank line, dropped the row and still reported success (an
+/// adversarial probe).
+#[test]
+fn a_hex_row_of_empty_key_and_value_survives_dump_and_load() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst) = (dir.path().join("s.sheaf"), dir.path().join("d.sheaf"));
+    {
+        let db = Database::create(&src).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx
+                .open_table(TableDefinition::<&str, ()>::new("set"))
+                .unwrap();
+            t.insert("", ()).unwrap();
+            t.insert("a", ()).unwrap();
+        }
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+    let dump = |path: &Path| {
+        stdout_of(
+            sheaf()
+                .args(["dump", "--table", "set", "--format", "hex"])
+                .arg(path),
+        )
+    };
+    let first = dump(&src);
+    let loaded = stdout_of(
+        sheaf()
+            .args(["load", "--table", "set", "--format", "hex"])
+            .args(["--key-type", "str", "--value-type", "()"])
+            .arg(&dst)
+            .write_stdin(first.clone()),
+    );
+    assert!(loaded.contains("loaded 2 rows"), "{loaded}");
+    assert_eq!(dump(&dst), first);
+}
