@@ -37,6 +37,11 @@ use super::state::{create_table, WriteState};
 pub(crate) struct SavepointMark {
     pub seq: u64,
     pub log: EncoderMark,
+    /// Values handed out by `insert_reserve` and not yet stored when the
+    /// savepoint was taken. A restore needs `&mut` of the transaction, so
+    /// no reservation is alive then: any made since was leaked
+    /// (`mem::forget`) and goes with the rest of what came after.
+    pub reserving: u32,
 }
 
 fn invalid(what: &str) -> Error {
@@ -65,6 +70,7 @@ impl WriteState {
         let mark = SavepointMark {
             seq: self.next_savepoint,
             log: log.mark(),
+            reserving: self.reserving,
         };
         self.next_savepoint += 1;
         self.keep_log = true;
@@ -88,6 +94,7 @@ impl WriteState {
             })?;
         self.savepoints.truncate(at + 1);
         let mark = self.savepoints[at].log;
+        let reserving = self.savepoints[at].reserving;
         let mut log = self
             .log
             .take()
@@ -104,6 +111,11 @@ impl WriteState {
                 || self.log.as_ref().map(CommitEncoder::len_bytes) == Some(mark.len_bytes()),
             "replaying a savepoint's prefix logged other bytes"
         );
+        if replayed.is_ok() {
+            // A reservation leaked after the savepoint failed every commit
+            // after a restore (an adversarial probe).
+            self.reserving = reserving;
+        }
         replayed.map_err(|e| {
             self.log = Some(kept);
             self.failed = Some(format!("restoring a savepoint failed: {e}"));
