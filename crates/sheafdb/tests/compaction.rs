@@ -1325,3 +1325,48 @@ fn kill_copies_during_compaction_beside_direct_commits_open() {
     });
     db.check_integrity().unwrap();
 }
+
+/// After three one-byte steps, a 64 MiB step (or `u64::MAX`) moved
+/// nothing and said `done` with most of the file reclaimable, while a
+/// 1 MiB step went on: its limit was below where the pages could move,
+/// and a `while !done` loop stopped there (an adversarial probe). A step
+/// that moves nothing now tries again with a shorter reach.
+#[test]
+fn a_large_step_is_not_done_while_a_smaller_one_would_move_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("a.sheaf")).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(T).unwrap();
+        for k in 0..5000u64 {
+            t.insert(k, [1u8; 500].as_slice()).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(T).unwrap();
+        for k in 0..4000u64 {
+            t.remove(&k).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db.checkpoint().unwrap();
+    for _ in 0..3 {
+        db.compact_step(1).unwrap();
+    }
+    let mut steps = 0;
+    while !db.compact_step(64 << 20).unwrap().done {
+        steps += 1;
+        assert!(steps < 1000, "the step loop does not end");
+    }
+    let stepped = db.file_len_bytes();
+    let r = db.compact().unwrap();
+    assert!(
+        r.reclaimed_bytes() * 10 <= stepped,
+        "steps said done at {stepped} bytes, compact() then reclaimed {}",
+        r.reclaimed_bytes()
+    );
+    assert_eq!(contents(&db).unwrap().len(), 1000);
+    db.check_integrity().unwrap();
+}

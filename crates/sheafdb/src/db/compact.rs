@@ -51,6 +51,8 @@ const PUNCH_CHUNK: usize = 64;
 /// Smallest free run compaction moves from a CF to the shared pool (so
 /// extents do not splinter into single pages).
 const POOL_MIN_PAGES: u64 = 8;
+/// The smallest reach a step that moved nothing is retried with.
+const MIN_STEP_REACH: u64 = 256 << 10;
 
 /// Pages past its target below which a compaction step also pools the
 /// system allocator's free runs below its limit
@@ -435,7 +437,26 @@ impl DbShared {
     /// Readers and writers keep running; a writer of a CF being moved
     /// waits for that commit like for any other.
     pub(crate) fn compact_step(self: &Arc<Self>, max_bytes: u64) -> Result<CompactReport> {
-        self.without_punching(|| self.step_toward_target(max_bytes).map(|s| s.report))
+        self.without_punching(|| self.step_with_shrinking_reach(max_bytes))
+    }
+
+    /// One step of at most `max_bytes`; a step that moved nothing while
+    /// the file is still past its target is tried again with half the
+    /// reach, down to [`MIN_STEP_REACH`] (its limit was below where the
+    /// pages could move, as in `compact`). Without that, a large step
+    /// said `done` with most of the file still reclaimable, and a
+    /// `while !done` loop stopped there (an adversarial probe).
+    fn step_with_shrinking_reach(self: &Arc<Self>, max_bytes: u64) -> Result<CompactReport> {
+        let ps = self.space.pager.page_size() as u64;
+        let mut reach = max_bytes.min(self.usage().0.saturating_mul(ps));
+        loop {
+            let step = self.step_toward_target(reach)?;
+            let smaller = reach / 2;
+            if step.progressed || step.past_target == 0 || smaller < MIN_STEP_REACH {
+                return Ok(step.report);
+            }
+            reach = smaller;
+        }
     }
 
     /// Runs `f` (a compaction) with hole punching paused, then punches
@@ -709,7 +730,7 @@ impl DbShared {
         // limit was below what the CFs could move into: the free space
         // there is splintered, or taken) is retried with half the reach,
         // down to 256 KiB, so the limit climbs to where moves succeed.
-        let min_reach = 256u64 << 10;
+        let min_reach = MIN_STEP_REACH;
         let mut reach = 64u64 << 20;
         let mut chase = Chase::default();
         for _ in 0..MAX_STEPS {

@@ -908,7 +908,10 @@ impl Database {
     /// One bounded step of [`Database::compact`]: moves at most about
     /// `max_bytes` of the file's tail, then cuts. Call it again while
     /// `CompactReport::done` is false to compact a large file without a
-    /// long pause.
+    /// long pause. A step that can move nothing within `max_bytes` (the
+    /// pages past that limit have nowhere to go below it) tries again
+    /// with half the reach, down to 256 KiB, before it says `done`. It
+    /// waits for a write transaction in progress on a CF it moves.
     pub fn compact_step(&self, max_bytes: u64) -> Result<CompactReport> {
         integrity::refuse_inside_callback("a compaction")?;
         self.shared.compact_step(max_bytes)
