@@ -694,14 +694,26 @@ fn crashed_after_checkpoint(before: usize, after: usize) -> (common::Files, Vec<
 
 /// Opens a copy of `files` read-write: the state it reads, or its error.
 fn open_copy(files: &common::Files) -> Result<Model> {
+    dump(&open_copy_with(files, common::builder())?)
+}
+
+/// Opens a copy of `files` read-write with `builder` (background
+/// checkpoints off).
+fn open_copy_with(files: &common::Files, builder: sheafdb::Builder) -> Result<Database> {
     let vfs = SimVfs::new();
     for (n, b) in files {
         vfs.set_file_bytes(n, b.clone());
     }
-    let db = common::builder()
+    builder
         .background_checkpoints(false)
-        .open_with_vfs(Arc::new(vfs), "d.sheaf")?;
-    dump(&db)
+        .open_with_vfs(Arc::new(vfs), "d.sheaf")
+}
+
+/// The position of the second frame of a segment (past the first one's
+/// length).
+fn second_frame(seg: &[u8]) -> usize {
+    let len1 = u32::from_le_bytes(seg[4096 + 4..4096 + 8].try_into().unwrap()) as usize;
+    4096 + 32 + len1
 }
 
 fn the_segment(files: &common::Files) -> String {
@@ -748,14 +760,7 @@ fn a_flip_below_the_replay_start_does_not_drop_the_commit_after_it() {
         "flip below the replay start"
     );
     // The open says it walked past damage (a sign of a failing disk).
-    let vfs = SimVfs::new();
-    for (n, b) in &damaged {
-        vfs.set_file_bytes(n, b.clone());
-    }
-    let db = common::builder()
-        .background_checkpoints(false)
-        .open_with_vfs(Arc::new(vfs), "d.sheaf")
-        .unwrap();
+    let db = open_copy_with(&damaged, common::builder()).unwrap();
     // The first frame (LSNs start at 4096, the first frame offset).
     assert_eq!(db.wal_damage_passed(), Some(4096));
     assert!(db.wal_damage().is_none());
@@ -775,8 +780,7 @@ fn garbage_over_a_frame_header_mid_log_is_refused_not_a_silent_prefix() {
     let (files, models) = crashed_after_checkpoint(0, 6);
     let wal = the_segment(&files);
     let seg = &files[&wal];
-    let len1 = u32::from_le_bytes(seg[4096 + 4..4096 + 8].try_into().unwrap()) as usize;
-    let second = 4096 + 32 + len1;
+    let second = second_frame(seg);
     let mut damaged = files.clone();
     for (i, b) in damaged.get_mut(&wal).unwrap()[second..second + 32]
         .iter_mut()
@@ -797,8 +801,7 @@ fn a_segment_cut_short_after_its_frames_is_refused_not_a_silent_prefix() {
     let (files, models) = crashed_after_checkpoint(0, 6);
     let wal = the_segment(&files);
     let seg = &files[&wal];
-    let len1 = u32::from_le_bytes(seg[4096 + 4..4096 + 8].try_into().unwrap()) as usize;
-    let second = 4096 + 32 + len1;
+    let second = second_frame(seg);
     // A byte short of full length (only zeros are lost): the whole log.
     let mut zeros_cut = files.clone();
     zeros_cut.get_mut(&wal).unwrap().truncate(seg.len() - 1);
@@ -816,15 +819,7 @@ fn a_segment_cut_short_after_its_frames_is_refused_not_a_silent_prefix() {
             ),
             Err(e) => assert!(e.to_string().contains("cut short"), "{what}: {e:?}"),
         }
-        let vfs = SimVfs::new();
-        for (n, b) in &damaged {
-            vfs.set_file_bytes(n, b.clone());
-        }
-        let db = common::builder()
-            .background_checkpoints(false)
-            .salvage_damaged_wal(true)
-            .open_with_vfs(Arc::new(vfs), "d.sheaf")
-            .unwrap();
+        let db = open_copy_with(&damaged, common::builder().salvage_damaged_wal(true)).unwrap();
         let damage = db
             .wal_damage()
             .expect("the salvage reports the cut")
