@@ -694,4 +694,25 @@ mod api_edges {
         assert_eq!(table.get(1).unwrap().unwrap().value(), b"a");
         assert!(table.get(2).unwrap().is_none());
     }
+
+    /// A backup into a missing directory failed with a bare `NotFound`
+    /// naming nothing, and one to a dangling symlink copied everything
+    /// and then failed with "File exists": both are refused first, naming
+    /// the path.
+    #[test]
+    fn backup_targets_that_cannot_work_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("src.sheaf")).unwrap();
+        let missing = dir.path().join("no-such-dir").join("b.sheaf");
+        let e = db.backup_to(&missing).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("no-such-dir"), "{e}");
+        let link = dir.path().join("link.sheaf");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+        let e = db.backup_to(&link).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("link.sheaf"), "{e}");
+        assert!(!dir.path().join("nowhere").exists());
+        db.backup_to(dir.path().join("ok.sheaf")).unwrap();
+    }
 }

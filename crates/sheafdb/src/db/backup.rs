@@ -177,7 +177,24 @@ impl Database {
         path: impl AsRef<std::path::Path>,
         progress: impl FnMut(BackupProgress),
     ) -> Result<BackupReport> {
-        let (vfs, name) = super::split_path(path.as_ref())?;
+        let path = path.as_ref();
+        // Checked here, where the path is known, so the errors name it: a
+        // missing directory gave a bare `NotFound`, and a dangling symlink
+        // (which `exists` follows) "File exists" after the whole copy.
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(Error::InvalidArgument(format!(
+                "backup target {} exists; remove it or choose another name",
+                path.display()
+            )));
+        }
+        let (vfs, name) = super::split_path(path)?;
+        if !vfs.dir().is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "backup target {}: the directory {} does not exist",
+                path.display(),
+                vfs.dir().display()
+            )));
+        }
         self.backup_to_vfs(Arc::new(vfs), &name, progress)
     }
 

@@ -697,10 +697,12 @@ impl Builder {
 }
 
 fn split_path(path: &Path) -> Result<(FsVfs, String)> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| Error::InvalidArgument(format!("{} has no file name", path.display())))?;
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{} has no file name, or one that is not UTF-8",
+            path.display()
+        ))
+    })?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::path::PathBuf::from("."),
