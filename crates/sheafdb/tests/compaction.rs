@@ -1224,10 +1224,9 @@ fn compaction_steps_beside_writers_of_two_cfs_keep_every_page() -> Result<()> {
 /// publication; checkpoints skip such a CF, so the extent map they wrote
 /// no longer matched its descriptor, and until the CF's next checkpoint a
 /// kill left a file that did not open ("free range outside its
-/// extents"). Found by a real-kill probe (1 kill in ~1,000). Before the
-/// fix this failed one run in three (the debug assertion in
-/// `checkpoint::plan` fails the checkpoint as soon as the state arises);
-/// `db::compact::pool_tests` makes the state by hand and fails every time.
+/// extents"). Found by a real-kill probe (1 kill in ~1,000); the copies
+/// here are what a kill leaves. `db::compact::pool_tests` makes the state
+/// by hand and failed before every time.
 #[test]
 fn kill_copies_during_compaction_beside_direct_commits_open() {
     use rand::{Rng, SeedableRng};
