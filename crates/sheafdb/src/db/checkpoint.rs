@@ -694,7 +694,7 @@ fn plan(
 ) -> Vec<Plan> {
     let mut plans = Vec::new();
     for cf in cfs {
-        let snapshot = match extra.iter().find(|(x, _)| x.id == cf.id) {
+        let mut snapshot = match extra.iter().find(|(x, _)| x.id == cf.id) {
             Some((_, v)) => v.clone(),
             None => match db.get(cf.id) {
                 Some(v) => v.clone(),
@@ -705,16 +705,22 @@ fn plan(
         };
         let base_version = cf.base.lock().version;
         if snapshot.tree_base.version < base_version {
-            // A direct commit made its version the base and has not
-            // published it yet: this snapshot is behind the base, and
-            // writing it would take the commit back out (`cut_tail`
-            // makes no cut meanwhile, and `pool_free_space` pools none of
-            // its runs). A CF skipped here with changed extents was seen
-            // once in CI (`direct_commits_beside_compaction_stay_in_the_base`
-            // under two compactors; not understood yet, see the session 29
-            // note): its descriptor on disk may then disagree with the
-            // extent map written here.
-            continue;
+            // The database-wide snapshot is updated just after a CF's own
+            // version is published (`note_published`, multi-CF commits):
+            // if the CF has published its direct commit already, plan it
+            // from that. A cut or a pool checks the CF's own version, so
+            // skipping it here left its changed extents out of this
+            // checkpoint (its descriptor on disk then disagreed with the
+            // extent map written here: a file a kill left did not open).
+            let current = cf.current.load_full();
+            if current.tree_base.version < base_version {
+                // Not published yet: this snapshot is behind the base,
+                // and writing it would take the commit back out
+                // (`cut_tail` makes no cut meanwhile, and
+                // `pool_free_space` pools none of its runs).
+                continue;
+            }
+            snapshot = current;
         }
         let cut = cf.extents_changed.load(Ordering::Acquire);
         if snapshot.tree_base.version > base_version || cut {
