@@ -169,10 +169,7 @@ impl DbShared {
         // write the CF from the published version before it, losing the
         // acknowledged commit from the durable base. No cut then (the
         // checkpoint would be forced to plan that CF by the cut).
-        if cfs
-            .iter()
-            .any(|c| c.base.lock().version > c.current.load().tree_base.version)
-        {
+        if cfs.iter().any(|c| c.base_ahead_of_published()) {
             return Ok(None);
         }
         // Every allocator (in id order), then the extent map: nothing can
@@ -673,7 +670,7 @@ impl DbShared {
             if left == 0 {
                 break;
             }
-            if cf.base.lock().version > cf.current.load().tree_base.version {
+            if cf.base_ahead_of_published() {
                 continue;
             }
             // Locked until the runs are in the pool, as in a cut.

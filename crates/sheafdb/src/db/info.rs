@@ -146,6 +146,10 @@ impl Database {
 /// ([`crate::Builder::salvage_damaged_wal`], [`crate::Database::wal_damage`]):
 /// the frame at `lost_from_lsn` was damaged after it had been synced (a
 /// later frame proves it), so the commits from there on were given up.
+/// With `reason` `FileCut` the segment file was cut short after frames
+/// of its use: the witness is then that use's header (at offset 0, its
+/// first LSN), which says how long the file was, and `durable_to_lsn` is
+/// `lost_from_lsn` (what the lost part held is unknown).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalDamage {
     /// LSN of the damaged frame: the first commit given up.

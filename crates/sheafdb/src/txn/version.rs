@@ -633,6 +633,17 @@ pub(crate) struct CfShared {
 }
 
 impl CfShared {
+    /// True while a direct commit is between its checkpoint (which made
+    /// its version this CF's durable base) and its publication: the base
+    /// is ahead of the published version. Checkpoints skip the CF then
+    /// (writing the published version would take the commit back out), so
+    /// compaction changes none of its extents meanwhile (`cut_tail`,
+    /// `pool_free_space`). Stable under the checkpoint lock, which every
+    /// base change holds.
+    pub fn base_ahead_of_published(&self) -> bool {
+        self.base.lock().version > self.current.load().tree_base.version
+    }
+
     /// A CF whose latest state is `version`, also its durable base.
     pub fn new(id: CfId, name: String, alloc: CfAllocator, version: CfVersion) -> CfShared {
         let version = Arc::new(version);
