@@ -555,3 +555,243 @@ fn a_delete_of_an_oversized_key_survives_a_crash() -> Result<()> {
     db.check_integrity()?;
     Ok(())
 }
+
+/// The ends of `m` as a table's `first()`/`last()` keys.
+fn ends_of(m: &BTreeMap<u64, u64>) -> (Option<u64>, Option<u64>) {
+    (m.keys().next().copied(), m.keys().next_back().copied())
+}
+
+/// The ends of a table as a reader sees them.
+fn ends_read<T: sheafdb::ReadableTable<u64, u64>>(t: &T) -> Result<(Option<u64>, Option<u64>)> {
+    let first = t.first()?.map(|(k, _)| k.value());
+    let last = t.last()?.map(|(k, _)| k.value());
+    Ok((first, last))
+}
+
+/// One transaction of the queue model: pushes at either end (beyond the
+/// end hints, E1, or between them), pops, ends, `retain`, savepoints.
+fn queue_txn(
+    tx: &sheafdb::WriteTransaction,
+    q: &mut BTreeMap<u64, u64>,
+    rng: &mut StdRng,
+    seed: u64,
+) -> Result<()> {
+    const Q: sheafdb::TableDefinition<u64, u64> = sheafdb::TableDefinition::new("q");
+    let mut t = tx.open_table(Q)?;
+    for _ in 0..rng.gen_range(1..12) {
+        let (lo, hi) = ends_of(q);
+        match rng.gen_range(0..100) {
+            0..=29 => {
+                let k = hi.map_or(1 << 32, |h| h + rng.gen_range(1..4));
+                t.insert(k, k)?;
+                q.insert(k, k);
+            }
+            30..=39 => {
+                let k = lo.map_or(1 << 32, |l| l.saturating_sub(rng.gen_range(1..4)));
+                t.insert(k, k)?;
+                q.insert(k, k);
+            }
+            40..=44 => {
+                let k = rng.gen_range(lo.unwrap_or(0)..=hi.unwrap_or(1 << 33));
+                t.insert(k, k)?;
+                q.insert(k, k);
+            }
+            45..=69 => {
+                let got = t.pop_first()?.map(|(k, _)| k.value());
+                assert_eq!(got, q.pop_first().map(|(k, _)| k), "seed {seed}: pop_first");
+            }
+            70..=84 => {
+                let got = t.pop_last()?.map(|(k, _)| k.value());
+                assert_eq!(got, q.pop_last().map(|(k, _)| k), "seed {seed}: pop_last");
+            }
+            85..=89 => {
+                let cut = rng.gen_range(lo.unwrap_or(0)..=hi.unwrap_or(0));
+                t.retain(|k, _| k >= cut)?;
+                q.retain(|k, _| *k >= cut);
+            }
+            90..=94 => {
+                if let Some(k) = q.keys().nth(rng.gen_range(0..q.len().max(1))).copied() {
+                    assert!(t.remove(k)?.is_some(), "seed {seed}: remove");
+                    q.remove(&k);
+                }
+            }
+            _ => {}
+        }
+        assert_eq!(
+            ends_read(&t)?,
+            ends_of(q),
+            "seed {seed}: ends in the writer"
+        );
+        assert_eq!(t.len()?, q.len() as u64, "seed {seed}: len");
+    }
+    let all: Vec<u64> = t
+        .iter()?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_>>()?;
+    assert_eq!(
+        all,
+        q.keys().copied().collect::<Vec<_>>(),
+        "seed {seed}: iter"
+    );
+    Ok(())
+}
+
+/// A table used as a queue, against a `BTreeMap`: the end hints that spare
+/// a walk over the removed front (design.md "End hints", E1) never hide a
+/// live key, in the writer, in snapshots older and newer than the hint,
+/// across savepoint restores, aborts, folds, checkpoints and reopens.
+#[test]
+fn a_queue_matches_btreemap_through_end_hints() -> Result<()> {
+    const Q: sheafdb::TableDefinition<u64, u64> = sheafdb::TableDefinition::new("q");
+    for seed in 0..60u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let vfs = MemVfs::new();
+        let open = || common::builder().create_with_vfs(Arc::new(vfs.clone()), "queue.sheaf");
+        let mut db = open()?;
+        let tx = db.begin_write()?;
+        tx.open_table(Q)?;
+        tx.commit()?;
+        let mut q: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut old: Vec<(sheafdb::ReadTransaction, BTreeMap<u64, u64>)> = Vec::new();
+        for _ in 0..80 {
+            let mut tx = db.begin_write()?;
+            let mut working = q.clone();
+            let save = rng
+                .gen_bool(0.15)
+                .then(|| (tx.savepoint(), working.clone()));
+            queue_txn(&tx, &mut working, &mut rng, seed)?;
+            if let Some((sp, before)) = save.filter(|_| rng.gen_bool(0.5)) {
+                tx.restore_savepoint(&sp?)?;
+                working = before;
+                queue_txn(&tx, &mut working, &mut rng, seed)?;
+            }
+            if rng.gen_bool(0.15) {
+                tx.abort()?;
+            } else {
+                tx.commit()?;
+                q = working;
+            }
+            if rng.gen_bool(0.3) {
+                old.push((db.begin_read()?, q.clone()));
+            }
+            for (rx, want) in &old {
+                let t = rx.open_table(Q)?;
+                assert_eq!(
+                    ends_read(&t)?,
+                    ends_of(want),
+                    "seed {seed}: ends in a snapshot"
+                );
+                assert_eq!(t.len()?, want.len() as u64, "seed {seed}: snapshot len");
+            }
+            if old.len() > 4 {
+                old.remove(0);
+            }
+            match rng.gen_range(0..20) {
+                0 => db.checkpoint()?,
+                1 => drop(db.fold_step()?),
+                2 => {
+                    old.clear();
+                    drop(db);
+                    db = open()?;
+                }
+                _ => {}
+            }
+        }
+        let rx = db.begin_read()?;
+        let t = rx.open_table(Q)?;
+        let all: Vec<u64> = t
+            .iter()?
+            .map(|e| e.map(|(k, _)| k.value()))
+            .collect::<Result<_>>()?;
+        assert_eq!(
+            all,
+            q.keys().copied().collect::<Vec<_>>(),
+            "seed {seed}: at the end"
+        );
+        db.check_integrity()?;
+    }
+    Ok(())
+}
+
+/// A queue written by one thread while another folds and checkpoints: a
+/// fold's version must carry the end hints of the head it replaces, not
+/// those of the older version it folded (commits made during the fold
+/// may have pushed keys past those), E1.
+#[test]
+fn a_queue_keeps_its_ends_while_folds_run_beside_it() -> Result<()> {
+    const Q: sheafdb::TableDefinition<u64, u64> = sheafdb::TableDefinition::new("q");
+    for seed in 0..4u64 {
+        let db = Arc::new(
+            common::builder()
+                .fold_round_pages(1 + seed)
+                .create_with_vfs(Arc::new(MemVfs::new()), "queue.sheaf")?,
+        );
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let folder = {
+            let (db, done) = (db.clone(), done.clone());
+            std::thread::spawn(move || -> Result<()> {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    match db.fold_step() {
+                        Ok(_) | Err(sheafdb::Error::WriterBusy(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                    db.checkpoint()?;
+                }
+                Ok(())
+            })
+        };
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut q: BTreeMap<u64, u64> = (1000..1400).map(|k| (k, k)).collect();
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(Q)?;
+            for k in q.keys() {
+                t.insert(k, k)?;
+            }
+        }
+        tx.commit()?;
+        for _ in 0..3000 {
+            let tx = db.begin_write()?;
+            {
+                let mut t = tx.open_table(Q)?;
+                assert_eq!(
+                    ends_read(&t)?,
+                    ends_of(&q),
+                    "seed {seed}: ends at the start"
+                );
+                let (lo, hi) = ends_of(&q);
+                match rng.gen_range(0..4) {
+                    0 => {
+                        let k = lo.unwrap_or(1000).saturating_sub(1);
+                        t.insert(k, k)?;
+                        q.insert(k, k);
+                    }
+                    1 => {
+                        let k = hi.unwrap_or(1000) + 1;
+                        t.insert(k, k)?;
+                        q.insert(k, k);
+                    }
+                    2 => assert_eq!(
+                        t.pop_first()?.map(|(k, _)| k.value()),
+                        q.pop_first().map(|(k, _)| k),
+                        "seed {seed}"
+                    ),
+                    _ => assert_eq!(
+                        t.pop_last()?.map(|(k, _)| k.value()),
+                        q.pop_last().map(|(k, _)| k),
+                        "seed {seed}"
+                    ),
+                }
+            }
+            tx.commit()?;
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        folder.join().expect("the folder panicked")?;
+        let rx = db.begin_read()?;
+        let all: Vec<u64> = (rx.open_table(Q)?.iter()?)
+            .map(|e| e.map(|(k, _)| k.value()))
+            .collect::<Result<_>>()?;
+        assert_eq!(all, q.keys().copied().collect::<Vec<_>>(), "seed {seed}");
+    }
+    Ok(())
+}

@@ -7,6 +7,8 @@
 //! - [`mem::MemBuffer`]: one buffer, an ordered concurrent map
 //!   `(table, key, version)` → put or tombstone, written by one committer at
 //!   a time and read by any number of snapshots without a lock;
+//! - [`ends::EndHints`]: per table, keys the live entries lie between,
+//!   so a walk from an end skips the tombstones a queue leaves there;
 //! - [`filter::KeyFilter`]: a growing Bloom filter per buffer, so a point
 //!   read of a key the buffer lacks skips the skip list;
 //! - [`write_set::WriteSet`]: a write transaction's private ordered writes
@@ -27,6 +29,7 @@
 //!   strictly decreasing keys from the back, and the two ends never yield
 //!   the same key (`merge::Window`).
 
+pub mod ends;
 pub mod filter;
 pub mod mem;
 pub mod merge;

@@ -815,6 +815,11 @@ impl DbShared {
             v.deltas = carry.deltas;
             v.tree_base.lsn = carry.tree_lsn;
             v.fold = carry.fold;
+            // A fold changes no live entry: the head's hints (not the
+            // older base's: commits since may have broken those) hold.
+            v.ends = slot.head.ends.clone();
+        } else {
+            v.ends = st.ends.clone();
         }
         // B2: the folded buffer's bytes leave the budget (the carried
         // commits stay accounted).
@@ -895,6 +900,7 @@ pub(super) fn install_buffered(
         batch,
         buffer: base.buffer.clone(),
         deltas: Arc::new(deltas),
+        ends: st.ends.clone(),
         tree_base: base.tree_base,
         // The catalog is unchanged: so is its decoded form.
         tables: base.tables.clone(),

@@ -371,7 +371,10 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         hi: Bound<Vec<u8>>,
     ) -> Range<'static, K, V> {
         let source = if self.buffered() {
-            let window = Window::new(as_ref_bound(&lo), as_ref_bound(&hi));
+            // The version's end hints skip the removed keys a queue leaves
+            // at an end (E1).
+            let (l, h) = (self.version.ends).narrow(self.id, as_ref_bound(&lo), as_ref_bound(&hi));
+            let window = Window::new(l, h);
             Source::Snapshot {
                 pages: self.pages.clone(),
                 table: self.id,
@@ -605,6 +608,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     ) -> Result<Range<'_, K, V>> {
         let st = self.txn.state()?;
         let (table, root) = self.tree_of(&st)?;
+        let (lo, hi) = st.ends.narrow(table, lo, hi);
         let window = Window::new(lo, hi);
         let tree = TreeWalk::new(&root, &window);
         Ok(Range {
@@ -639,23 +643,42 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// The entry with the smallest key.
     pub fn first(&self) -> Result<Option<Entry<K, V>>> {
-        self.iter()?.next().transpose()
+        let mut st = self.txn.state()?;
+        let Some((_, k, v)) = self.end_entry(&mut st, false)? else {
+            return Ok(None);
+        };
+        entry(k, v).map(Some)
     }
 
     /// The entry with the largest key.
     pub fn last(&self) -> Result<Option<Entry<K, V>>> {
-        self.iter()?.next_back().transpose()
+        let mut st = self.txn.state()?;
+        let Some((_, k, v)) = self.end_entry(&mut st, true)? else {
+            return Ok(None);
+        };
+        entry(k, v).map(Some)
+    }
+
+    /// The live entry at one end of the merged view, found from the end
+    /// hint; records it as the new hint (E1: nothing live lies before it).
+    fn end_entry(&self, st: &mut WriteState, back: bool) -> Result<Option<(TableId, Held, Held)>> {
+        let (id, root) = self.tree_of(st)?;
+        let (lo, hi) = st.ends.narrow(id, Bound::Unbounded, Bound::Unbounded);
+        let mut window = Window::new(lo, hi);
+        let mut tree = TreeWalk::new(&root, &window);
+        let walks = (&mut tree, &mut BufferWalk::default());
+        let Some((k, v)) = merged_step(st, id, &mut window, walks, back)? else {
+            return Ok(None);
+        };
+        Arc::make_mut(&mut st.ends).note_end(id, &k, back);
+        Ok(Some((id, k, v)))
     }
 
     /// Removes and returns the entry at one end of the merged view.
     fn pop(&mut self, back: bool) -> Result<Option<Entry<K, V>>> {
         let mut st = self.txn.state()?;
         st.check_not_failed()?;
-        let (id, root) = self.tree_of(&st)?;
-        let mut window = Window::new(Bound::Unbounded, Bound::Unbounded);
-        let mut tree = TreeWalk::new(&root, &window);
-        let walks = (&mut tree, &mut BufferWalk::default());
-        let Some((k, v)) = merged_step(&st, id, &mut window, walks, back)? else {
+        let Some((id, k, v)) = self.end_entry(&mut st, back)? else {
             return Ok(None);
         };
         let popped = entry(k.clone(), v.clone())?;

@@ -57,6 +57,10 @@ where
     table: &'a mut Table<'txn, K, V>,
     /// Keys not yet looked at.
     window: Window,
+    /// Nothing live lies below the window (it began at the table's
+    /// front, and everything looked at so far was removed): the first
+    /// entry kept is the table's first (an end hint, E1).
+    at_front: bool,
     predicate: F,
     done: bool,
     _kv: PhantomData<fn() -> (K, V)>,
@@ -105,6 +109,11 @@ where
                 st.write(id, &k, None, &Some(v))?;
                 return Ok(Some(out));
             }
+            if std::mem::take(&mut self.at_front) {
+                // A `retain` that removed a table's front leaves the next
+                // walk from the front nothing to skip.
+                std::sync::Arc::make_mut(&mut st.ends).note_end(id, &k, false);
+            }
         }
     }
 }
@@ -139,9 +148,17 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     where
         F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
     {
-        self.txn.state()?.check_not_failed()?;
+        let st = self.txn.state()?;
+        st.check_not_failed()?;
+        let (id, _) = self.tree_of(&st)?;
+        let (lo, hi) = st.ends.narrow(id, lo, hi);
+        let at_front = lo == Bound::Unbounded
+            || st.ends.narrow(id, Bound::Unbounded, Bound::Unbounded).0 == lo;
+        let window = Window::new(lo, hi);
+        drop(st);
         Ok(ExtractIf {
-            window: Window::new(lo, hi),
+            window,
+            at_front,
             table: self,
             predicate,
             done: false,

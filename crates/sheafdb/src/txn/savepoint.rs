@@ -138,6 +138,9 @@ impl WriteState {
         self.log = Some(CommitEncoder::new());
         self.log_counts.clear();
         self.unsettled.clear();
+        // The replay's puts keep the base's hints true (`log_write`); the
+        // ends found since the base may not hold for the prefix.
+        self.ends = self.base.ends.clone();
         self.failed = None;
     }
 

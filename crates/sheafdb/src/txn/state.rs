@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::btree::{self, TreeRoot};
+use crate::buffer::ends::EndHints;
 use crate::buffer::merge;
 use crate::buffer::write_set::WriteSet;
 use crate::buffer::Held;
@@ -260,6 +261,11 @@ pub(crate) struct WriteState {
     /// (recorded as removals of missing keys) until
     /// [`WriteState::settle_deletes`] finds which existed.
     pub unsettled: IdMap<TableId, KeyList>,
+    /// The ends of the tables' live keys in this transaction's view (E1,
+    /// `buffer::ends`): the base's, kept true by every put
+    /// ([`WriteState::log_write`]) and narrowed by walks that find an
+    /// end. Shared with the base until changed.
+    pub ends: Arc<EndHints>,
 }
 
 /// Keys in one allocation (a large removal lists hundreds of thousands).
@@ -362,7 +368,6 @@ impl WriteState {
             pages: TxnPages::new(space, cf.id, cf.alloc.clone()),
             catalog: base.catalog,
             next_table: base.next_table,
-            base,
             tables: HashMap::new(),
             writes: WriteSet::new(),
             folded: false,
@@ -379,6 +384,13 @@ impl WriteState {
             spill_bytes: SPILL_BYTES,
             key_filter: None,
             unsettled: IdMap::default(),
+            // Replay (no log) puts entries without `log_write`: it starts
+            // with no hint, so it has none to keep.
+            ends: match log_max_bytes {
+                Some(_) => base.ends.clone(),
+                None => Arc::default(),
+            },
+            base,
         }
     }
 
@@ -422,6 +434,9 @@ impl WriteState {
         self.tables.remove(name);
         self.writes.drop_table(meta.id);
         self.unsettled.remove(&meta.id);
+        if !self.ends.is_empty() {
+            Arc::make_mut(&mut self.ends).forget(meta.id);
+        }
         self.catalog_changed = true;
         Ok(())
     }
@@ -605,6 +620,10 @@ impl WriteState {
     /// change to the table's `log_counts`. Every logged put and removal
     /// goes through here, so the record's `CountChange`s cover them all.
     pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
+        if value.is_some() && !self.ends.is_empty() {
+            // E1: the key is live from now on.
+            Arc::make_mut(&mut self.ends).note_put(id, key);
+        }
         // A key that existed is in the filters already (F1).
         if let (Some(f), Some(_), false) = (&mut self.key_filter, value, existed) {
             f.add(id, key);

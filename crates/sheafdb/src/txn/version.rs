@@ -17,6 +17,7 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use crate::btree::TreeRoot;
+use crate::buffer::ends::EndHints;
 use crate::buffer::mem::MemBuffer;
 use crate::error::{Error, Result};
 use crate::lock_rank::{acquire, ranks, Held, Rank, RankedMutex};
@@ -44,6 +45,9 @@ pub(crate) struct CfVersion {
     /// Per table, the change in entry count the buffered commits made
     /// (the trees' counts plus this are the tables' lengths).
     pub deltas: Arc<BTreeMap<TableId, i64>>,
+    /// Per table, keys this version's live entries lie between (E1,
+    /// `buffer::ends`): a walk from an end starts there.
+    pub ends: Arc<EndHints>,
     /// The version (and its LSN) whose state the trees hold: what a
     /// checkpoint of this version writes, and where replay resumes.
     pub tree_base: DurableBase,
@@ -299,6 +303,7 @@ impl CfVersion {
             batch,
             buffer: Arc::new(MemBuffer::new()),
             deltas: Arc::default(),
+            ends: Arc::default(),
             tree_base: DurableBase { version, lsn },
             tables: Arc::default(),
             fold: None,
