@@ -3,7 +3,56 @@
 //! trailing spaces; records end with `\n` (a `\r\n` is read too). Quoted
 //! cells may span lines.
 
-use std::io::BufRead;
+use std::io::{self, BufRead};
+
+/// Longest line of input read (1 GiB): a row of hex of a value up to
+/// 512 MiB. Past it, or at a NUL byte (binary input: `sheaf load <
+/// /dev/zero` grew one line until memory ran out), reading stops with
+/// an error instead.
+pub const MAX_LINE: usize = 1 << 30;
+
+/// Appends the next line of `input` (its `\n` included) to `text`, as
+/// `BufRead::read_line`, but refuses lines past [`MAX_LINE`] and, unless
+/// `nul_ok` (CSV: a string cell may hold a NUL character), binary input.
+/// Returns the bytes read (0 at the end).
+pub fn read_text_line<R: BufRead>(
+    input: &mut R,
+    text: &mut String,
+    nul_ok: bool,
+) -> io::Result<usize> {
+    let mut line = Vec::new();
+    loop {
+        let buf = input.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        let end = buf.iter().position(|&b| b == b'\n').map(|i| i + 1);
+        let take = &buf[..end.unwrap_or(buf.len())];
+        if !nul_ok && take.contains(&0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a NUL byte: the input is binary, not text",
+            ));
+        }
+        if line.len() + take.len() > MAX_LINE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a line longer than {} MiB", MAX_LINE >> 20),
+            ));
+        }
+        line.extend_from_slice(take);
+        let n = take.len();
+        input.consume(n);
+        if end.is_some() {
+            break;
+        }
+    }
+    let n = line.len();
+    let line = String::from_utf8(line)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "the line is not UTF-8"))?;
+    text.push_str(&line);
+    Ok(n)
+}
 
 /// One record as a line of CSV, `\n` included.
 pub fn line(cells: &[&str]) -> String {
@@ -50,7 +99,7 @@ impl<R: BufRead> Reader<R> {
         loop {
             let start = self.line;
             let mut text = String::new();
-            match self.input.read_line(&mut text) {
+            match read_text_line(&mut self.input, &mut text, true) {
                 Ok(0) => return None,
                 Ok(_) => self.line += 1,
                 Err(e) => return Some(Err(format!("line {start}: {e}"))),
@@ -75,7 +124,7 @@ impl<R: BufRead> Reader<R> {
                 if quoted {
                     // The quoted cell goes on on the next line.
                     let before = text.len();
-                    match self.input.read_line(&mut text) {
+                    match read_text_line(&mut self.input, &mut text, true) {
                         Ok(0) => {
                             return Err(format!("line {start}: a quoted cell is never closed"))
                         }

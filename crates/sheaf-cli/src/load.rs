@@ -189,15 +189,34 @@ fn lines_skipping<R: BufRead>(
     input: R,
     skip: fn(&str) -> bool,
 ) -> impl Iterator<Item = Result<(u64, String), String>> {
-    input
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            let n = i as u64 + 1;
-            l.map(|l| (n, l))
-                .map_err(|e| format!("line {n}: reading the input: {e}"))
-        })
-        .filter(move |r| !matches!(r, Ok((_, l)) if skip(l)))
+    let mut input = input;
+    let mut n = 0u64;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        n += 1;
+        let mut text = String::new();
+        // JSON lines and hex rows never hold a raw NUL.
+        match csv::read_text_line(&mut input, &mut text, false) {
+            Ok(0) => None,
+            Ok(_) => {
+                if text.ends_with('\n') {
+                    text.pop();
+                    if text.ends_with('\r') {
+                        text.pop();
+                    }
+                }
+                Some(Ok((n, text)))
+            }
+            Err(e) => {
+                failed = true;
+                Some(Err(format!("line {n}: reading the input: {e}")))
+            }
+        }
+    })
+    .filter(move |r| !matches!(r, Ok((_, l)) if skip(l)))
 }
 
 fn jsonl_rows<R: BufRead>(

@@ -907,6 +907,13 @@ fn load_uses_the_table_types_and_checks_its_input() {
         ),
         ("hex", "61 zz\n", "line 1: value:"),
         ("hex", "61 0100\n", "line 1: value: u64 needs 8 bytes"),
+        // Binary input (`< /dev/zero` read one endless line into memory).
+        ("jsonl", "\0\0\0\0", "line 1: reading the input: a NUL byte"),
+        (
+            "hex",
+            "61 0100000000000000\n\0\n",
+            "line 2: reading the input: a NUL byte",
+        ),
     ] {
         fails(
             sheaf()
