@@ -180,50 +180,6 @@ mod tests {
         assert!(e.is_empty(), "a table with no hint left is forgotten");
     }
 
-    /// The walk the hints spare (failed before them: each pop walked
-    /// every tombstone the earlier pops left, O(n²) for a queue).
-    #[test]
-    fn a_pop_after_many_pops_walks_past_no_tombstone() -> crate::error::Result<()> {
-        use crate::buffer::merge::SKIPPED;
-        use crate::db::Database;
-        use crate::table::types::TableDefinition;
-        const Q: TableDefinition<u64, u64> = TableDefinition::new("q");
-        let db = Database::builder()
-            .buffer_memory(1 << 30, 2 << 30)
-            .buffer_fold_bytes(1 << 30)
-            .checkpoint_triggers(u64::MAX, u64::MAX, u64::MAX)
-            .create_with_vfs(Arc::new(crate::storage::mem::MemVfs::new()), "q.sheaf")?;
-        let tx = db.begin_write()?;
-        for k in 0..2000u64 {
-            tx.open_table(Q)?.insert(k, k)?;
-        }
-        tx.commit()?;
-        db.checkpoint()?; // the keys in the tree, the pops' tombstones above it
-        for k in 0..1000u64 {
-            let tx = db.begin_write()?;
-            let popped = tx.open_table(Q)?.pop_first()?.map(|(k, _)| k.value());
-            assert_eq!(popped, Some(k));
-            tx.commit()?;
-        }
-        SKIPPED.with(|s| s.set(0));
-        let tx = db.begin_write()?;
-        let popped = tx.open_table(Q)?.pop_first()?.map(|(k, _)| k.value());
-        assert_eq!(popped, Some(1000));
-        assert!(
-            SKIPPED.with(|s| s.get()) <= 1,
-            "pop_first walked the tombstones"
-        );
-        tx.abort()?;
-        let rx = db.begin_read()?;
-        let first = rx.open_table(Q)?.first()?.map(|(k, _)| k.value());
-        assert_eq!(first, Some(1000));
-        assert!(
-            SKIPPED.with(|s| s.get()) <= 2,
-            "first() walked the tombstones"
-        );
-        Ok(())
-    }
-
     #[test]
     fn forget_drops_a_table() {
         let mut e = EndHints::default();

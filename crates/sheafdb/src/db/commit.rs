@@ -924,3 +924,55 @@ const FOLD_MARK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// How long a stalled writer whose fold pass freed nothing waits for
 /// another thread's fold before it goes on.
 const STALL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+#[cfg(test)]
+mod end_hint_tests {
+    use std::sync::Arc;
+
+    use crate::db::Database;
+    use crate::error::Result;
+    use crate::storage::mem::MemVfs;
+    use crate::table::types::TableDefinition;
+    use crate::txn::take_tombstones_walked;
+
+    /// The walk the hints spare (failed before them: each pop walked
+    /// every tombstone the earlier pops left, O(n²) for a queue).
+    #[test]
+    fn a_pop_after_many_pops_walks_past_no_tombstone() -> Result<()> {
+        const Q: TableDefinition<u64, u64> = TableDefinition::new("q");
+        let db = Database::builder()
+            .buffer_memory(1 << 30, 2 << 30)
+            .buffer_fold_bytes(1 << 30)
+            .checkpoint_triggers(u64::MAX, u64::MAX, u64::MAX)
+            .create_with_vfs(Arc::new(MemVfs::new()), "q.sheaf")?;
+        let tx = db.begin_write()?;
+        for k in 0..2000u64 {
+            tx.open_table(Q)?.insert(k, k)?;
+        }
+        tx.commit()?;
+        db.checkpoint()?; // the keys in the tree, the pops' tombstones above it
+        for k in 0..1000u64 {
+            let tx = db.begin_write()?;
+            let popped = tx.open_table(Q)?.pop_first()?.map(|(k, _)| k.value());
+            assert_eq!(popped, Some(k));
+            tx.commit()?;
+        }
+        take_tombstones_walked();
+        let tx = db.begin_write()?;
+        let popped = tx.open_table(Q)?.pop_first()?.map(|(k, _)| k.value());
+        assert_eq!(popped, Some(1000));
+        assert!(
+            take_tombstones_walked() <= 1,
+            "pop_first walked the tombstones"
+        );
+        tx.abort()?;
+        let rx = db.begin_read()?;
+        let first = rx.open_table(Q)?.first()?.map(|(k, _)| k.value());
+        assert_eq!(first, Some(1000));
+        assert!(
+            take_tombstones_walked() <= 1,
+            "first() walked the tombstones"
+        );
+        Ok(())
+    }
+}

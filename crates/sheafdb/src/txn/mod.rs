@@ -56,3 +56,10 @@ pub enum Durability {
 
 /// Longest table name in bytes.
 pub const MAX_TABLE_NAME: usize = 255;
+
+/// Tombstones the merged view walked past on this thread since the last
+/// call (tests of the end hints, E1, count the walk they spare).
+#[cfg(test)]
+pub(crate) fn take_tombstones_walked() -> u64 {
+    crate::buffer::merge::SKIPPED.with(|s| s.replace(0))
+}
