@@ -71,6 +71,22 @@ impl EndHints {
         (lo, hi)
     }
 
+    /// True if a put of `key` into `table` lies beyond one of its hints
+    /// ([`EndHints::note_put`] would drop it).
+    pub fn broken_by(&self, table: TableId, key: &[u8]) -> bool {
+        self.0.get(&table).is_some_and(|e| {
+            e.head.as_deref().is_some_and(|h| key < h) || e.tail.as_deref().is_some_and(|t| key > t)
+        })
+    }
+
+    /// True if `key` is already the hint on that side of `table`.
+    pub fn is_end(&self, table: TableId, key: &[u8], back: bool) -> bool {
+        self.0.get(&table).is_some_and(|e| {
+            let end = if back { &e.tail } else { &e.head };
+            end.as_deref() == Some(key)
+        })
+    }
+
     /// Records that a put of `key` into `table` makes it live: a hint it
     /// lies beyond is dropped (E1). Called for every put a write
     /// transaction makes, before it can be read.
@@ -170,8 +186,10 @@ mod tests {
         let mut e = EndHints::default();
         e.note_end(T, b"m", false);
         e.note_end(T, b"t", true);
+        assert!(!e.broken_by(T, b"p") && e.is_end(T, b"m", false) && e.is_end(T, b"t", true));
         e.note_put(T, b"p");
         assert!(!e.is_empty());
+        assert!(e.broken_by(T, b"a") && e.broken_by(T, b"z"));
         e.note_put(T, b"a");
         let u = Bound::Unbounded;
         assert_eq!(e.narrow(T, u, u), (u, Bound::Included(&b"t"[..])));

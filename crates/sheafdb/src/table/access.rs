@@ -670,7 +670,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let Some((k, v)) = merged_step(st, id, &mut window, walks, back)? else {
             return Ok(None);
         };
-        Arc::make_mut(&mut st.ends).note_end(id, &k, back);
+        if !st.ends.is_end(id, &k, back) {
+            Arc::make_mut(&mut st.ends).note_end(id, &k, back);
+        }
         Ok(Some((id, k, v)))
     }
 

@@ -109,7 +109,7 @@ where
                 st.write(id, &k, None, &Some(v))?;
                 return Ok(Some(out));
             }
-            if std::mem::take(&mut self.at_front) {
+            if std::mem::take(&mut self.at_front) && !st.ends.is_end(id, &k, false) {
                 // A `retain` that removed a table's front leaves the next
                 // walk from the front nothing to skip.
                 std::sync::Arc::make_mut(&mut st.ends).note_end(id, &k, false);

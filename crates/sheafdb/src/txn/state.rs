@@ -620,8 +620,9 @@ impl WriteState {
     /// change to the table's `log_counts`. Every logged put and removal
     /// goes through here, so the record's `CountChange`s cover them all.
     pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
-        if value.is_some() && !self.ends.is_empty() {
-            // E1: the key is live from now on.
+        if value.is_some() && self.ends.broken_by(id, key) {
+            // E1: the key is live from now on. (Checked first: the hints
+            // are shared with the base until one changes.)
             Arc::make_mut(&mut self.ends).note_put(id, key);
         }
         // A key that existed is in the filters already (F1).
@@ -1146,6 +1147,10 @@ impl WriteState {
             for w in batch.iter().filter(|w| w.value().is_some()) {
                 f.add(id, w.key());
             }
+        }
+        // ... and past any end hint (E1): the table's hints go.
+        if !self.ends.is_empty() {
+            Arc::make_mut(&mut self.ends).forget(id);
         }
         let table = self.tables.get_mut(name).expect("looked up above");
         let mut root = table.root();
