@@ -62,6 +62,8 @@ pub enum Command {
     Commit,
     /// Read/write mixes x 1..64 threads, no-sync and durable.
     Matrix,
+    /// A table used as a job queue: push at the tail, pop the first key.
+    Queue,
     /// Concurrent writers per CF, readers, Zipfian mixes, durability modes,
     /// recovery, CF create/drop.
     Seed,
@@ -86,6 +88,7 @@ impl Command {
             Command::Peers => "peers",
             Command::Commit => "commit",
             Command::Matrix => "matrix",
+            Command::Queue => "queue",
             Command::Seed => "seed",
             Command::CrashWriter { .. } => "crash-writer",
         }
@@ -157,6 +160,7 @@ fn run_suite(cli: &Cli, engines: Vec<EngineKind>, root: &Path) -> Result<bool> {
         Command::Peers => suites::peers::run(&ctx, &mut rep)?,
         Command::Commit => suites::commit::run(&ctx, &mut rep)?,
         Command::Matrix => suites::matrix::run(&ctx, &mut rep)?,
+        Command::Queue => suites::queue::run(&ctx, &mut rep)?,
         Command::Seed => suites::seed::run(&ctx, &mut rep)?,
         Command::CrashWriter { .. } => unreachable!("handled before"),
     }

@@ -90,6 +90,21 @@ impl Engine for FjallEngine {
         Ok(())
     }
 
+    /// Single-threaded use only (the suites pop from one thread): the
+    /// read of the first key and its removal are not one transaction.
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool> {
+        let ks = &self.keyspaces[table.0];
+        let Some(guard) = ks.first_key_value() else {
+            return Ok(false);
+        };
+        let (k, _) = guard.into_inner()?;
+        copy_into(key, &k);
+        let mut wb = self.db.batch().durability(Some(persist_mode(mode)));
+        wb.remove(ks, k);
+        wb.commit()?;
+        Ok(true)
+    }
+
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
         Ok(Box::new(FjallReader { engine: self }))
     }

@@ -194,6 +194,22 @@ impl Engine for LmdbEngine {
         })
     }
 
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool> {
+        let db = self.dbs[table.0];
+        let mut found = false;
+        self.write(mode, |wtxn| {
+            if let Some((k, _)) = db.first(wtxn)? {
+                copy_into(key, k);
+                found = true;
+            }
+            if found {
+                db.delete(wtxn, key)?;
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
         Ok(Box::new(LmdbReader { engine: self }))
     }

@@ -249,6 +249,10 @@ pub trait Engine: Send + Sync {
     fn insert_txn(&self, table: TableId, batch: &[KvRef<'_>], mode: SyncMode) -> Result<()>;
     /// Removes `keys` in one transaction.
     fn remove_txn(&self, table: TableId, keys: &[&[u8]], mode: SyncMode) -> Result<()>;
+    /// Removes the entry with the smallest key in one transaction (a
+    /// queue's consumer); copies its key into `key` and returns `true`, or
+    /// returns `false` when the table is empty.
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool>;
     /// A read handle for the calling thread.
     fn reader(&self) -> Result<Box<dyn Reader + '_>>;
     /// Exact number of entries in `table`.

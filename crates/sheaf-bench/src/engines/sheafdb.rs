@@ -159,6 +159,18 @@ impl Engine for SheafEngine {
         })
     }
 
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool> {
+        let mut found = false;
+        self.write(table, mode, |tx, def| {
+            if let Some((k, _)) = tx.open_table(def)?.pop_first()? {
+                copy_into(key, k.value());
+                found = true;
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
         Ok(Box::new(SheafReader { engine: self }))
     }

@@ -33,6 +33,7 @@ struct TableSql {
     get: String,
     range: String,
     count: String,
+    pop_first: String,
 }
 
 impl TableSql {
@@ -43,6 +44,9 @@ impl TableSql {
             get: format!("SELECT value FROM {name} WHERE key = ?1"),
             range: format!("SELECT key, value FROM {name} WHERE key >= ?1 ORDER BY key LIMIT ?2"),
             count: format!("SELECT COUNT(*) FROM {name}"),
+            pop_first: format!(
+                "DELETE FROM {name} WHERE key = (SELECT min(key) FROM {name}) RETURNING key"
+            ),
         }
     }
 }
@@ -154,6 +158,21 @@ impl Engine for SqliteEngine {
             }
             Ok(())
         })
+    }
+
+    fn pop_first_txn(&self, table: TableId, mode: SyncMode, key: &mut Vec<u8>) -> Result<bool> {
+        let sql = &self.sql[table.0].pop_first;
+        let mut found = false;
+        self.write(mode, |conn| {
+            let mut stmt = conn.prepare_cached(sql)?;
+            let mut rows = stmt.query([])?;
+            if let Some(row) = rows.next()? {
+                copy_into(key, row.get_ref(0)?.as_blob()?);
+                found = true;
+            }
+            Ok(())
+        })?;
+        Ok(found)
     }
 
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {

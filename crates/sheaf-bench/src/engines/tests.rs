@@ -120,6 +120,25 @@ fn roundtrip(kind: EngineKind) {
     check_all(engine.as_ref(), TableId(1), &other);
     check_all(engine.as_ref(), MAIN_TABLE, &expect);
 
+    // Popping the smallest key, as a queue's consumer does, until empty.
+    let mut popped = Vec::new();
+    let mut left = other.clone();
+    while let Some((k, _)) = left.pop_first() {
+        let found = engine
+            .pop_first_txn(TableId(1), SyncMode::NoSync, &mut popped)
+            .unwrap();
+        assert!(found && popped == k, "{kind} pop_first");
+        if left.is_empty() {
+            assert_eq!(engine.len(TableId(1)).unwrap(), 0, "{kind} drained");
+        } else {
+            check_all(engine.as_ref(), TableId(1), &left);
+        }
+    }
+    let found = engine
+        .pop_first_txn(TableId(1), SyncMode::Durable, &mut popped)
+        .unwrap();
+    assert!(!found, "{kind} pop_first of an empty table");
+
     // An online backup writes files where the engine has one; the
     // database stays usable.
     let backup_dir = tempfile::tempdir().unwrap();

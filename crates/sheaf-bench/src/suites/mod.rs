@@ -19,6 +19,7 @@ use crate::workload::{rng, Dataset, Zipfian};
 pub mod commit;
 pub mod matrix;
 pub mod peers;
+pub mod queue;
 pub mod seed;
 
 /// How big a run is.
