@@ -81,6 +81,19 @@ fn first_after_retain(db: &Database, from: u64, items: u64) -> Result<()> {
     Ok(())
 }
 
+/// The allocated size of each file in `dir`.
+fn print_sizes(dir: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let mut files: Vec<_> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .filter_map(|e| Some((e.file_name(), e.metadata().ok()?)))
+        .collect();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, m) in files {
+        let kib = m.blocks() * 512 / 1024;
+        println!("  {}: {kib} KiB allocated", name.to_string_lossy());
+    }
+}
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let items: u64 = args
@@ -92,6 +105,7 @@ fn main() -> Result<()> {
         push_all(&db, 0, items)?;
         println!("{items} jobs pushed; popping one per transaction:");
         pop_all(&db, items)?;
+        print_sizes(dir);
         first_after_retain(&db, items, items)?;
         Ok(())
     })

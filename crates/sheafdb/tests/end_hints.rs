@@ -48,6 +48,48 @@ fn model_range(m: &M, lo: Bound<u64>, hi: Bound<u64>) -> Vec<u64> {
     m.range((lo, hi)).map(|(k, _)| *k).collect()
 }
 
+/// Puts `keys` (value `v`) into `T` in one commit, then checkpoints: the
+/// keys in the tree, the test's writes in the buffer above them.
+fn load_and_checkpoint(db: &Database, keys: std::ops::Range<u64>) -> Result<()> {
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for k in keys {
+            t.insert(k, &b"v"[..])?;
+        }
+    }
+    tx.commit()?;
+    db.checkpoint()
+}
+
+/// One random range of `t`, both ways, against the model.
+fn check_random_range<Tb: ReadableTable<u64, &'static [u8]>>(
+    t: &Tb,
+    m: &M,
+    rng: &mut StdRng,
+    ctx: &str,
+) -> Result<()> {
+    let (lo, hi) = (rb(rng), rb(rng));
+    if !valid(&lo, &hi) {
+        return Ok(());
+    }
+    let want = model_range(m, lo, hi);
+    let got: Vec<u64> = t
+        .range::<u64>((lo, hi))?
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_>>()?;
+    assert_eq!(got, want, "{ctx}: range {lo:?}..{hi:?}");
+    let got: Vec<u64> = t
+        .range::<u64>((lo, hi))?
+        .rev()
+        .map(|e| e.map(|(k, _)| k.value()))
+        .collect::<Result<_>>()?;
+    let mut w = want;
+    w.reverse();
+    assert_eq!(got, w, "{ctx}: range rev {lo:?}..{hi:?}");
+    Ok(())
+}
+
 /// Full read checks of any readable table.
 fn check_read<Tb: ReadableTable<u64, &'static [u8]>>(
     t: &Tb,
@@ -82,24 +124,7 @@ fn check_read<Tb: ReadableTable<u64, &'static [u8]>>(
         "{ctx}: last"
     );
     for _ in 0..12 {
-        let (lo, hi) = (rb(rng), rb(rng));
-        if !valid(&lo, &hi) {
-            continue;
-        }
-        let want = model_range(m, lo, hi);
-        let got: Vec<u64> = t
-            .range::<u64>((lo, hi))?
-            .map(|e| e.map(|(k, _)| k.value()))
-            .collect::<Result<_>>()?;
-        assert_eq!(got, want, "{ctx}: range {lo:?}..{hi:?}");
-        let got: Vec<u64> = t
-            .range::<u64>((lo, hi))?
-            .rev()
-            .map(|e| e.map(|(k, _)| k.value()))
-            .collect::<Result<_>>()?;
-        let mut w = want.clone();
-        w.reverse();
-        assert_eq!(got, w, "{ctx}: range rev {lo:?}..{hi:?}");
+        check_random_range(t, m, rng, ctx)?;
     }
     for k in 0..DOM {
         assert_eq!(
@@ -272,25 +297,7 @@ fn ops(
                 t.retain(|k, _| k >= cut || k % md == 1)?;
                 m.retain(|k, _| *k >= cut || *k % md == 1);
             }
-            75..=84 => {
-                let (lo, hi) = (rb(rng), rb(rng));
-                if valid(&lo, &hi) {
-                    let want = model_range(m, lo, hi);
-                    let got: Vec<u64> = t
-                        .range::<u64>((lo, hi))?
-                        .map(|e| e.map(|(k, _)| k.value()))
-                        .collect::<Result<_>>()?;
-                    assert_eq!(got, want, "{ctx}: range {lo:?}..{hi:?}");
-                    let got: Vec<u64> = t
-                        .range::<u64>((lo, hi))?
-                        .rev()
-                        .map(|e| e.map(|(k, _)| k.value()))
-                        .collect::<Result<_>>()?;
-                    let mut w = want;
-                    w.reverse();
-                    assert_eq!(got, w, "{ctx}: range rev {lo:?}..{hi:?}");
-                }
-            }
+            75..=84 => check_random_range(&*t, m, rng, &ctx)?,
             85..=94 => {
                 // Write cursor: seeks, moves, removes and updates.
                 let mut c = t.cursor();
@@ -760,15 +767,7 @@ fn buffered_db(vfs: &MemVfs) -> Result<Database> {
 fn targeted_edges() -> Result<()> {
     let vfs = MemVfs::new();
     let db = buffered_db(&vfs)?;
-    let tx = db.begin_write()?;
-    {
-        let mut t = tx.open_table(T)?;
-        for k in 0..30u64 {
-            t.insert(k, &b"v"[..])?;
-        }
-    }
-    tx.commit()?;
-    db.checkpoint()?;
+    load_and_checkpoint(&db, 0..30)?;
     let tx = db.begin_write()?;
     let mut m: M = (0..30u64).map(|k| (k, b"v".to_vec())).collect();
     {
@@ -923,15 +922,7 @@ fn direct_mode() -> Result<()> {
             .checkpoint_triggers(u64::MAX, u64::MAX, u64::MAX)
             .background_checkpoints(false)
             .create_with_vfs(Arc::new(vfs.clone()), "x.sheaf")?;
-        let tx = db.begin_write()?;
-        {
-            let mut t = tx.open_table(T)?;
-            for k in 1000..1100u64 {
-                t.insert(k, &b"v"[..])?;
-            }
-        }
-        tx.commit()?;
-        db.checkpoint()?;
+        load_and_checkpoint(&db, 1000..1100)?;
         let tx = db.begin_write()?;
         let mut m: M = (1000..1100u64).map(|k| (k, vec![])).collect();
         {

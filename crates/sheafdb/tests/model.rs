@@ -561,6 +561,16 @@ fn ends_of(m: &BTreeMap<u64, u64>) -> (Option<u64>, Option<u64>) {
     (m.keys().next().copied(), m.keys().next_back().copied())
 }
 
+/// Every key of a table, in order.
+fn all_keys<T: sheafdb::ReadableTable<u64, u64>>(t: &T) -> Result<Vec<u64>> {
+    t.iter()?.map(|e| e.map(|(k, _)| k.value())).collect()
+}
+
+/// Every key of the model, in order.
+fn model_keys(m: &BTreeMap<u64, u64>) -> Vec<u64> {
+    m.keys().copied().collect()
+}
+
 /// The ends of a table as a reader sees them.
 fn ends_read<T: sheafdb::ReadableTable<u64, u64>>(t: &T) -> Result<(Option<u64>, Option<u64>)> {
     let first = t.first()?.map(|(k, _)| k.value());
@@ -624,15 +634,7 @@ fn queue_txn(
         );
         assert_eq!(t.len()?, q.len() as u64, "seed {seed}: len");
     }
-    let all: Vec<u64> = t
-        .iter()?
-        .map(|e| e.map(|(k, _)| k.value()))
-        .collect::<Result<_>>()?;
-    assert_eq!(
-        all,
-        q.keys().copied().collect::<Vec<_>>(),
-        "seed {seed}: iter"
-    );
+    assert_eq!(all_keys(&t)?, model_keys(q), "seed {seed}: iter");
     Ok(())
 }
 
@@ -699,15 +701,7 @@ fn a_queue_matches_btreemap_through_end_hints() -> Result<()> {
         }
         let rx = db.begin_read()?;
         let t = rx.open_table(Q)?;
-        let all: Vec<u64> = t
-            .iter()?
-            .map(|e| e.map(|(k, _)| k.value()))
-            .collect::<Result<_>>()?;
-        assert_eq!(
-            all,
-            q.keys().copied().collect::<Vec<_>>(),
-            "seed {seed}: at the end"
-        );
+        assert_eq!(all_keys(&t)?, model_keys(&q), "seed {seed}: at the end");
         db.check_integrity()?;
     }
     Ok(())
@@ -788,10 +782,8 @@ fn a_queue_keeps_its_ends_while_folds_run_beside_it() -> Result<()> {
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         folder.join().expect("the folder panicked")?;
         let rx = db.begin_read()?;
-        let all: Vec<u64> = (rx.open_table(Q)?.iter()?)
-            .map(|e| e.map(|(k, _)| k.value()))
-            .collect::<Result<_>>()?;
-        assert_eq!(all, q.keys().copied().collect::<Vec<_>>(), "seed {seed}");
+        let t = rx.open_table(Q)?;
+        assert_eq!(all_keys(&t)?, model_keys(&q), "seed {seed}");
     }
     Ok(())
 }
