@@ -973,6 +973,17 @@ mod end_hint_tests {
             take_tombstones_walked() <= 1,
             "first() walked the tombstones"
         );
+        drop(rx);
+        // A retain that keeps only the front: the walk from the back
+        // after it starts at the last key kept.
+        let tx = db.begin_write()?;
+        tx.open_table(Q)?.retain(|k, _| k < 1010)?;
+        tx.commit()?;
+        take_tombstones_walked();
+        let rx = db.begin_read()?;
+        let last = rx.open_table(Q)?.last()?.map(|(k, _)| k.value());
+        assert_eq!(last, Some(1009));
+        assert_eq!(take_tombstones_walked(), 0, "last() walked the tombstones");
         Ok(())
     }
 }

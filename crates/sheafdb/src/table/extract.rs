@@ -18,6 +18,7 @@ use std::ops::{Bound, RangeBounds};
 use super::access::{as_ref_bound, encode_bound, entry, merged_step, Entry, Table};
 use super::types::{Key, Value};
 use crate::buffer::merge::{BufferWalk, TreeWalk, Window};
+use crate::buffer::Held;
 use crate::error::Result;
 
 /// The iterator of [`Table::extract_if`] and [`Table::extract_from_if`]:
@@ -61,6 +62,11 @@ where
     /// front, and everything looked at so far was removed): the first
     /// entry kept is the table's first (an end hint, E1).
     at_front: bool,
+    /// The window reaches the table's back: once the walk ends, nothing
+    /// live lies past `last_kept` (the tail's end hint).
+    to_back: bool,
+    /// The last entry looked at and kept.
+    last_kept: Option<Held>,
     predicate: F,
     done: bool,
     _kv: PhantomData<fn() -> (K, V)>,
@@ -98,6 +104,13 @@ where
         loop {
             let step = merged_step(&st, id, &mut self.window, (&mut tree, &mut buffered), false)?;
             let Some((k, v)) = step else {
+                if let Some(k) = self.last_kept.take().filter(|_| self.to_back) {
+                    // A `retain` that removed a table's back: the next walk
+                    // from the back starts at the last key it kept.
+                    if !st.ends.is_end(id, &k, true) {
+                        std::sync::Arc::make_mut(&mut st.ends).note_end(id, &k, true);
+                    }
+                }
                 return Ok(None);
             };
             let take = {
@@ -114,6 +127,7 @@ where
                 // walk from the front nothing to skip.
                 std::sync::Arc::make_mut(&mut st.ends).note_end(id, &k, false);
             }
+            self.last_kept = Some(k);
         }
     }
 }
@@ -152,13 +166,16 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         st.check_not_failed()?;
         let (id, _) = self.tree_of(&st)?;
         let (lo, hi) = st.ends.narrow(id, lo, hi);
-        let at_front = lo == Bound::Unbounded
-            || st.ends.narrow(id, Bound::Unbounded, Bound::Unbounded).0 == lo;
+        let whole = st.ends.narrow(id, Bound::Unbounded, Bound::Unbounded);
+        let at_front = lo == Bound::Unbounded || whole.0 == lo;
+        let to_back = hi == Bound::Unbounded || whole.1 == hi;
         let window = Window::new(lo, hi);
         drop(st);
         Ok(ExtractIf {
             window,
             at_front,
+            to_back,
+            last_kept: None,
             table: self,
             predicate,
             done: false,
