@@ -380,6 +380,11 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
 
     /// Adds `value` to `key`'s values; returns true if it was there
     /// already (then nothing changes).
+    ///
+    /// The key and the value are stored together as one tree key, so the
+    /// key size limit bounds the pair: `Error::KeyTooLarge` reports the
+    /// pair's stored length (both encodings, the key's `00` bytes doubled,
+    /// and two bytes between them), not the key's alone.
     pub fn insert<'k, 'v>(
         &mut self,
         key: impl Borrow<K::SelfType<'k>>,
