@@ -4,6 +4,7 @@
 //! in the middle of transactions.
 
 mod common;
+mod end_hints;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
