@@ -50,7 +50,11 @@ pub fn read_text_line<R: BufRead>(
     let n = line.len();
     let line = String::from_utf8(line)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "the line is not UTF-8"))?;
-    text.push_str(&line);
+    if text.is_empty() {
+        *text = line; // the usual case: no second copy
+    } else {
+        text.push_str(&line); // a quoted CSV cell going on
+    }
     Ok(n)
 }
 

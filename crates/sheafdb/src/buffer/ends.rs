@@ -11,7 +11,7 @@
 //!
 //! Owns: [`EndHints`] and the rule that keeps them true.
 //!
-//! Invariant E1 (kept by [`EndHints::note_put`], checked by
+//! Invariant E1 (kept by [`EndHints::put_into`], checked by
 //! `buffer::tests::end_hints_*` and the model test in `tests/queue.rs`):
 //! in the state a set of hints belongs to (a committed version, or a
 //! write transaction's view), no live entry of table `t` has a key below
@@ -45,7 +45,8 @@ pub struct EndHints(BTreeMap<TableId, TableEnds>);
 
 impl EndHints {
     /// True if no table has a hint.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
@@ -71,16 +72,40 @@ impl EndHints {
         (lo, hi)
     }
 
+    /// [`EndHints::note_put`] on hints shared with a base version: copied
+    /// only if the put drops a hint (the common put changes nothing).
+    pub fn put_into(hints: &mut Arc<EndHints>, table: TableId, key: &[u8]) {
+        if hints.broken_by(table, key) {
+            Arc::make_mut(hints).note_put(table, key);
+        }
+    }
+
+    /// [`EndHints::note_end`] on shared hints, copied only if the end is
+    /// new.
+    pub fn end_into(hints: &mut Arc<EndHints>, table: TableId, key: &[u8], back: bool) {
+        if !hints.is_end(table, key, back) {
+            Arc::make_mut(hints).note_end(table, key, back);
+        }
+    }
+
+    /// [`EndHints::forget`] on shared hints, copied only if `table` has
+    /// one.
+    pub fn forget_in(hints: &mut Arc<EndHints>, table: TableId) {
+        if hints.0.contains_key(&table) {
+            Arc::make_mut(hints).forget(table);
+        }
+    }
+
     /// True if a put of `key` into `table` lies beyond one of its hints
     /// ([`EndHints::note_put`] would drop it).
-    pub fn broken_by(&self, table: TableId, key: &[u8]) -> bool {
+    fn broken_by(&self, table: TableId, key: &[u8]) -> bool {
         self.0.get(&table).is_some_and(|e| {
             e.head.as_deref().is_some_and(|h| key < h) || e.tail.as_deref().is_some_and(|t| key > t)
         })
     }
 
     /// True if `key` is already the hint on that side of `table`.
-    pub fn is_end(&self, table: TableId, key: &[u8], back: bool) -> bool {
+    fn is_end(&self, table: TableId, key: &[u8], back: bool) -> bool {
         self.0.get(&table).is_some_and(|e| {
             let end = if back { &e.tail } else { &e.head };
             end.as_deref() == Some(key)
@@ -90,7 +115,7 @@ impl EndHints {
     /// Records that a put of `key` into `table` makes it live: a hint it
     /// lies beyond is dropped (E1). Called for every put a write
     /// transaction makes, before it can be read.
-    pub fn note_put(&mut self, table: TableId, key: &[u8]) {
+    fn note_put(&mut self, table: TableId, key: &[u8]) {
         let Some(e) = self.0.get_mut(&table) else {
             return;
         };
@@ -108,7 +133,7 @@ impl EndHints {
     /// Records that `key` is the live entry of `table` a walk from its
     /// front (`back == false`) or back found first: nothing live lies
     /// before it.
-    pub fn note_end(&mut self, table: TableId, key: &[u8], back: bool) {
+    fn note_end(&mut self, table: TableId, key: &[u8], back: bool) {
         let e = self.0.entry(table).or_default();
         let end = if back { &mut e.tail } else { &mut e.head };
         if end.as_deref() != Some(key) {
@@ -124,7 +149,7 @@ impl EndHints {
     }
 
     /// Forgets `table` (dropped).
-    pub fn forget(&mut self, table: TableId) {
+    fn forget(&mut self, table: TableId) {
         self.0.remove(&table);
     }
 }

@@ -16,6 +16,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use crate::btree::{self, Bytes, Cursor, TreeRoot};
+use crate::buffer::ends::EndHints;
 use crate::buffer::merge::{self, BufferWalk, TreeWalk, Window, WritesLayer};
 use crate::buffer::Held;
 use crate::error::{Error, Result};
@@ -643,20 +644,19 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
 
     /// The entry with the smallest key.
     pub fn first(&self) -> Result<Option<Entry<K, V>>> {
-        let mut st = self.txn.state()?;
-        let Some((_, k, v)) = self.end_entry(&mut st, false)? else {
-            return Ok(None);
-        };
-        entry(k, v).map(Some)
+        self.end(false)
     }
 
     /// The entry with the largest key.
     pub fn last(&self) -> Result<Option<Entry<K, V>>> {
+        self.end(true)
+    }
+
+    /// The entry at the front or the back.
+    fn end(&self, back: bool) -> Result<Option<Entry<K, V>>> {
         let mut st = self.txn.state()?;
-        let Some((_, k, v)) = self.end_entry(&mut st, true)? else {
-            return Ok(None);
-        };
-        entry(k, v).map(Some)
+        let found = self.end_entry(&mut st, back)?;
+        found.map(|(_, k, v)| entry(k, v)).transpose()
     }
 
     /// The live entry at one end of the merged view, found from the end
@@ -670,9 +670,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let Some((k, v)) = merged_step(st, id, &mut window, walks, back)? else {
             return Ok(None);
         };
-        if !st.ends.is_end(id, &k, back) {
-            Arc::make_mut(&mut st.ends).note_end(id, &k, back);
-        }
+        EndHints::end_into(&mut st.ends, id, &k, back);
         Ok(Some((id, k, v)))
     }
 

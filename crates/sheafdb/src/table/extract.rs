@@ -17,6 +17,7 @@ use std::ops::{Bound, RangeBounds};
 
 use super::access::{as_ref_bound, encode_bound, entry, merged_step, Entry, Table};
 use super::types::{Key, Value};
+use crate::buffer::ends::EndHints;
 use crate::buffer::merge::{BufferWalk, TreeWalk, Window};
 use crate::buffer::Held;
 use crate::error::Result;
@@ -65,7 +66,7 @@ where
     /// The window reaches the table's back: once the walk ends, nothing
     /// live lies past `last_kept` (the tail's end hint).
     to_back: bool,
-    /// The last entry looked at and kept.
+    /// The last entry looked at and kept (only while `to_back`).
     last_kept: Option<Held>,
     predicate: F,
     done: bool,
@@ -104,12 +105,10 @@ where
         loop {
             let step = merged_step(&st, id, &mut self.window, (&mut tree, &mut buffered), false)?;
             let Some((k, v)) = step else {
-                if let Some(k) = self.last_kept.take().filter(|_| self.to_back) {
+                if let Some(k) = self.last_kept.take() {
                     // A `retain` that removed a table's back: the next walk
                     // from the back starts at the last key it kept.
-                    if !st.ends.is_end(id, &k, true) {
-                        std::sync::Arc::make_mut(&mut st.ends).note_end(id, &k, true);
-                    }
+                    EndHints::end_into(&mut st.ends, id, &k, true);
                 }
                 return Ok(None);
             };
@@ -122,12 +121,14 @@ where
                 st.write(id, &k, None, &Some(v))?;
                 return Ok(Some(out));
             }
-            if std::mem::take(&mut self.at_front) && !st.ends.is_end(id, &k, false) {
+            if std::mem::take(&mut self.at_front) {
                 // A `retain` that removed a table's front leaves the next
                 // walk from the front nothing to skip.
-                std::sync::Arc::make_mut(&mut st.ends).note_end(id, &k, false);
+                EndHints::end_into(&mut st.ends, id, &k, false);
             }
-            self.last_kept = Some(k);
+            if self.to_back {
+                self.last_kept = Some(k);
+            }
         }
     }
 }
@@ -166,9 +167,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         st.check_not_failed()?;
         let (id, _) = self.tree_of(&st)?;
         let (lo, hi) = st.ends.narrow(id, lo, hi);
+        // The window starts at the front (back) if it starts where a walk
+        // of the whole table would.
         let whole = st.ends.narrow(id, Bound::Unbounded, Bound::Unbounded);
-        let at_front = lo == Bound::Unbounded || whole.0 == lo;
-        let to_back = hi == Bound::Unbounded || whole.1 == hi;
+        let (at_front, to_back) = (lo == whole.0, hi == whole.1);
         let window = Window::new(lo, hi);
         drop(st);
         Ok(ExtractIf {

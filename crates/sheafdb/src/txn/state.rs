@@ -434,9 +434,7 @@ impl WriteState {
         self.tables.remove(name);
         self.writes.drop_table(meta.id);
         self.unsettled.remove(&meta.id);
-        if !self.ends.is_empty() {
-            Arc::make_mut(&mut self.ends).forget(meta.id);
-        }
+        EndHints::forget_in(&mut self.ends, meta.id);
         self.catalog_changed = true;
         Ok(())
     }
@@ -620,10 +618,9 @@ impl WriteState {
     /// change to the table's `log_counts`. Every logged put and removal
     /// goes through here, so the record's `CountChange`s cover them all.
     pub fn log_write(&mut self, id: TableId, key: &[u8], value: Option<&[u8]>, existed: bool) {
-        if value.is_some() && self.ends.broken_by(id, key) {
-            // E1: the key is live from now on. (Checked first: the hints
-            // are shared with the base until one changes.)
-            Arc::make_mut(&mut self.ends).note_put(id, key);
+        if value.is_some() {
+            // E1: the key is live from now on.
+            EndHints::put_into(&mut self.ends, id, key);
         }
         // A key that existed is in the filters already (F1).
         if let (Some(f), Some(_), false) = (&mut self.key_filter, value, existed) {
@@ -1149,9 +1146,7 @@ impl WriteState {
             }
         }
         // ... and past any end hint (E1): the table's hints go.
-        if !self.ends.is_empty() {
-            Arc::make_mut(&mut self.ends).forget(id);
-        }
+        EndHints::forget_in(&mut self.ends, id);
         let table = self.tables.get_mut(name).expect("looked up above");
         let mut root = table.root();
         let applied = btree::apply_sorted(&mut self.pages, &mut root, batch);
