@@ -17,7 +17,7 @@
 
 use std::ops::Bound;
 
-use super::node::{LeafCell, NodeRef, MAX_LEVEL};
+use super::node::{LeafCell, NodeHeader, NodeRef, MAX_LEVEL};
 use super::store::PageRead;
 use super::{child_level, load_value, read_node_for, Bytes, KeyRef, TreeRoot, ValueRef};
 use crate::error::{Error, Result};
@@ -37,7 +37,58 @@ const PREFETCH_CELLS: usize = 4;
 struct Frame {
     id: PageId,
     page: PageHandle,
+    /// The page's header as parsed when the frame was pushed: a step
+    /// within the page does not parse it again.
+    header: NodeHeader,
     idx: usize,
+    /// Leaf cells already hinted to the CPU: at the front those below
+    /// `hinted`, at the back those from `hinted` on (see
+    /// [`Frame::hint_ahead`]).
+    hinted: usize,
+}
+
+impl Frame {
+    fn new(id: PageId, page: PageHandle, header: NodeHeader, idx: usize) -> Frame {
+        Frame {
+            id,
+            header,
+            page,
+            idx,
+            hinted: idx,
+        }
+    }
+}
+
+/// Hints the headers of the [`PREFETCH_CELLS`] leaf cells past cell `i`,
+/// the one a step yields (towards the back if `back`), that `hinted` (a
+/// frame's [`Frame::hinted`]) says are not hinted yet, and returns the new
+/// boundary: one new cell per step once a leaf is under way, not the
+/// whole window again.
+#[inline]
+fn hint_ahead(node: &NodeRef, i: usize, hinted: usize, back: bool) -> usize {
+    debug_assert!(
+        i < node.count(),
+        "a step yields cell {i} of {}",
+        node.count()
+    );
+    let (from, to) = if back {
+        (i.saturating_sub(PREFETCH_CELLS), hinted.min(i))
+    } else {
+        (
+            hinted.max(i + 1),
+            (i + 1 + PREFETCH_CELLS).min(node.count()),
+        )
+    };
+    if from >= to {
+        return hinted;
+    }
+    debug_assert!(to <= node.count(), "hints past the last cell");
+    node.prefetch_cells(from, to - from);
+    if back {
+        from
+    } else {
+        to
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,7 +272,8 @@ fn descend<S: PageRead + ?Sized>(
             }
             let idx = aim.leaf_idx(&node)?;
             debug_assert!(idx <= node.count());
-            stack.push(Frame { id, page, idx });
+            let header = node.header();
+            stack.push(Frame::new(id, page, header, idx));
             debug_assert!(
                 stack.len() <= MAX_LEVEL as usize + 1,
                 "a path is longer than the deepest tree"
@@ -232,13 +284,15 @@ fn descend<S: PageRead + ?Sized>(
         debug_assert!(idx <= node.count(), "a branch has count + 1 children");
         let child = node.child(idx)?;
         level = Some(child_level(id, node.level())?);
-        stack.push(Frame { id, page, idx });
+        let header = node.header();
+        stack.push(Frame::new(id, page, header, idx));
         id = child;
     }
 }
 
 /// The entry of `cell` in leaf `page`, noted as the last one its end
 /// yielded (`last`).
+#[inline]
 fn yield_cell<S: PageRead + ?Sized>(
     store: &S,
     page: &PageHandle,
@@ -253,10 +307,9 @@ fn yield_cell<S: PageRead + ?Sized>(
 
 /// Moves the front path to the next leaf. False when there is none.
 fn advance<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bool> {
-    let ps = store.page_size();
     stack.pop();
     while let Some(top) = stack.last_mut() {
-        let node = NodeRef::parse(&top.page, top.id, ps)?;
+        let node = NodeRef::reparsed(&top.page, top.id, top.header);
         if top.idx < node.count() {
             top.idx += 1;
             debug_assert!(!node.is_leaf(), "a leaf frame below the top of the path");
@@ -272,10 +325,9 @@ fn advance<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bo
 
 /// Moves the back path to the previous leaf. False when there is none.
 fn retreat<S: PageRead + ?Sized>(store: &S, stack: &mut Vec<Frame>) -> Result<bool> {
-    let ps = store.page_size();
     stack.pop();
     while let Some(top) = stack.last_mut() {
-        let node = NodeRef::parse(&top.page, top.id, ps)?;
+        let node = NodeRef::reparsed(&top.page, top.id, top.header);
         if top.idx > 0 {
             top.idx -= 1;
             debug_assert!(!node.is_leaf(), "a leaf frame below the top of the path");
@@ -313,6 +365,7 @@ impl Cursor {
     }
 
     /// The next entry from the front, or `None` when the ends have met.
+    #[inline]
     pub fn next<S: PageRead + ?Sized>(&mut self, store: &S) -> Result<Option<(KeyRef, ValueRef)>> {
         let r = self.step_front(store);
         if r.is_err() {
@@ -322,6 +375,7 @@ impl Cursor {
     }
 
     /// The next entry from the back, or `None` when the ends have met.
+    #[inline]
     pub fn next_back<S: PageRead + ?Sized>(
         &mut self,
         store: &S,
@@ -355,13 +409,12 @@ impl Cursor {
             }
             State::Active => {}
         }
-        let ps = store.page_size();
         loop {
             let Some(frame) = self.front.stack.last_mut() else {
                 self.front.finish();
                 return Ok(None);
             };
-            let node = NodeRef::parse(&frame.page, frame.id, ps)?;
+            let node = NodeRef::reparsed(&frame.page, frame.id, frame.header);
             debug_assert!(node.is_leaf());
             if frame.idx >= node.count() {
                 if !advance(store, &mut self.front.stack)? {
@@ -372,7 +425,7 @@ impl Cursor {
             }
             let idx = frame.idx;
             frame.idx += 1;
-            node.prefetch_cells(idx + 1, PREFETCH_CELLS);
+            frame.hinted = hint_ahead(&node, idx, frame.hinted, false);
             let cell = node.leaf_cell(idx)?;
             if let Some(prev) = &self.front.last {
                 if cell.key <= prev.key() {
@@ -404,13 +457,12 @@ impl Cursor {
             }
             State::Active => {}
         }
-        let ps = store.page_size();
         loop {
             let Some(frame) = self.back.stack.last_mut() else {
                 self.back.finish();
                 return Ok(None);
             };
-            let node = NodeRef::parse(&frame.page, frame.id, ps)?;
+            let node = NodeRef::reparsed(&frame.page, frame.id, frame.header);
             debug_assert!(node.is_leaf());
             if frame.idx == 0 {
                 if !retreat(store, &mut self.back.stack)? {
@@ -426,8 +478,7 @@ impl Cursor {
                 ));
             }
             frame.idx -= 1;
-            let ahead = frame.idx.min(PREFETCH_CELLS);
-            node.prefetch_cells(frame.idx - ahead, ahead);
+            frame.hinted = hint_ahead(&node, frame.idx, frame.hinted, true);
             let cell = node.leaf_cell(frame.idx)?;
             if let Some(prev) = &self.back.last {
                 if cell.key >= prev.key() {
@@ -455,6 +506,45 @@ mod tests {
     fn page() -> PageRef {
         let owned: PageOwned = page_from_slice(&[7u8; 64]);
         owned.shareable()
+    }
+
+    /// A leaf of `count` cells (keys 0, 1, ...) as a node, for the hint
+    /// boundaries.
+    fn leaf(count: u8) -> PageRef {
+        use crate::btree::node::{NewCell, NodeBuilder};
+        let mut b = NodeBuilder::new(4096, PageId(9), crate::types::CfId(0), 0);
+        for k in 0..count {
+            let cell = NewCell::LeafInline {
+                key: &[k],
+                value: &[k],
+            };
+            b.push(&cell).unwrap();
+        }
+        b.finish().shareable()
+    }
+
+    #[test]
+    fn steps_hint_each_cell_once_within_the_window_ahead() {
+        let page = leaf(20);
+        let node = NodeRef::parse(&page, PageId(9), 4096).unwrap();
+        // From the front, starting at cell 3: the first step hints 4..8,
+        // each later one the one new cell at the window's far edge.
+        let mut hinted = 3;
+        hinted = hint_ahead(&node, 3, hinted, false);
+        assert_eq!(hinted, 3 + 1 + PREFETCH_CELLS);
+        hinted = hint_ahead(&node, 4, hinted, false);
+        assert_eq!(hinted, 4 + 1 + PREFETCH_CELLS);
+        // Never past the last cell.
+        assert_eq!(hint_ahead(&node, 18, 19, false), 20);
+        assert_eq!(hint_ahead(&node, 19, 20, false), 20);
+        // From the back, yielding cell 15 (the frame's index was 16).
+        let mut hinted = 16;
+        hinted = hint_ahead(&node, 15, hinted, true);
+        assert_eq!(hinted, 15 - PREFETCH_CELLS);
+        hinted = hint_ahead(&node, 14, hinted, true);
+        assert_eq!(hinted, 14 - PREFETCH_CELLS);
+        assert_eq!(hint_ahead(&node, 1, 0, true), 0);
+        assert_eq!(hint_ahead(&node, 0, 0, true), 0);
     }
 
     #[test]

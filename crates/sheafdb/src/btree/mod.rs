@@ -245,6 +245,7 @@ pub(crate) fn read_overflow<S: PageRead + ?Sized>(
 }
 
 /// The value of a leaf cell as zero-copy bytes.
+#[inline]
 pub(crate) fn load_value<S: PageRead + ?Sized>(
     store: &S,
     leaf: &PageHandle,

@@ -177,7 +177,55 @@ pub(crate) struct NodeRef<'a> {
     level: u8,
 }
 
+/// What [`NodeRef::parse`] found in a node's header, kept by a cursor so
+/// the steps within one page do not parse and check it again
+/// ([`NodeRef::reparsed`]). Valid only for the page it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NodeHeader {
+    count: usize,
+    content: usize,
+    dead: usize,
+    level: u8,
+}
+
 impl<'a> NodeRef<'a> {
+    /// The checked header of this node, for [`NodeRef::reparsed`].
+    #[inline]
+    pub fn header(&self) -> NodeHeader {
+        NodeHeader {
+            count: self.count,
+            content: self.content,
+            dead: self.dead,
+            level: self.level,
+        }
+    }
+
+    /// The view of `page` whose header [`NodeRef::parse`] already checked
+    /// and returned as `header` (page bytes never change once shared), so
+    /// nothing is checked again. The caller keeps `header` with the page
+    /// it was parsed from (a cursor frame holds both); debug builds parse
+    /// again and compare.
+    #[inline]
+    pub fn reparsed(page: &'a PageBuf, id: PageId, header: NodeHeader) -> NodeRef<'a> {
+        let node = NodeRef {
+            b: page.bytes(),
+            page,
+            id,
+            count: header.count,
+            content: header.content,
+            dead: header.dead,
+            level: header.level,
+        };
+        debug_assert_eq!(
+            NodeRef::parse(page, id, page.len())
+                .map(|n| n.header())
+                .ok(),
+            Some(header),
+            "a node header kept for another page"
+        );
+        node
+    }
+
     /// Parses the node header of `page`, which the store returned for `id`.
     pub fn parse(page: &'a PageBuf, id: PageId, page_size: usize) -> Result<NodeRef<'a>> {
         let b = page.bytes();
