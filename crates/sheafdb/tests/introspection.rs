@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::builder;
 use sheafdb::storage::sim::{CrashPolicy, SimVfs};
 use sheafdb::table::dynamic::{DynType, DynValue};
-use sheafdb::{Database, Durability, Error, Result, TableDefinition, TableInfo};
+use sheafdb::{Database, Durability, Entry, Error, Result, TableDefinition, TableInfo};
 
 const USERS: TableDefinition<&str, u64> = TableDefinition::new("users");
 const EVENTS: TableDefinition<(u64, &str), Option<(u32, String)>> = TableDefinition::new("events");
@@ -266,6 +266,58 @@ fn untyped_writes_check_type_names_and_read_back_typed() -> Result<()> {
     tx.commit()?;
     let flags = db.begin_read()?.open_table_in(&other, FLAGS)?;
     assert_eq!(flags.get((false, None, 0))?.unwrap().value(), 2.5);
+    Ok(())
+}
+
+/// A key or value that is not an encoding of the table's built-in type
+/// is refused at the write (`InvalidArgument`, nothing written), on every
+/// path that stores a value; before, the bytes were stored and a typed
+/// reader met them as `Corrupted`. User-defined types and `bytes` take
+/// any bytes.
+#[test]
+fn untyped_writes_of_bad_encodings_are_refused_and_write_nothing() -> Result<()> {
+    const NUMS: TableDefinition<u64, u64> = TableDefinition::new("nums");
+    let db = builder().create_with_vfs(Arc::new(SimVfs::new()), "bad.sheaf")?;
+    let refused = |r: Result<()>, what: &str| match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{m}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_untyped_table("nums", "u64", "u64")?;
+        let eight = 7u64.to_be_bytes();
+        refused(t.insert(&eight[..3], &eight[..]).map(drop), "key (3 bytes)");
+        refused(
+            t.insert(&eight[..], &eight[..5]).map(drop),
+            "value (5 bytes)",
+        );
+        // The entry API and in-place reservations check too.
+        match t.entry(&eight[..])? {
+            Entry::Vacant(v) => refused(v.insert(&b"no"[..]).map(drop), "value (2 bytes)"),
+            Entry::Occupied(_) => panic!("nothing was written"),
+        }
+        let reserved = t.insert_reserve(&eight[..], 4)?;
+        refused(reserved.finish().map(drop), "value (4 bytes)");
+        assert_eq!(t.len()?, 0, "a refused write wrote something");
+        t.insert(&eight[..], &42u64.to_le_bytes()[..])?;
+        // A string key must be UTF-8; a user-defined type takes anything.
+        let mut s = tx.open_untyped_table("names", "str", "bytes")?;
+        refused(
+            s.insert(&[0xff, 0xfe][..], &[1u8][..]).map(drop),
+            "not an encoding of str",
+        );
+        s.insert(&b"ok"[..], &[0xffu8][..])?;
+        let mut own = tx.open_untyped_table("own", "my::Point", "my::Shape")?;
+        own.insert(&[1u8][..], &[2u8, 3][..])?;
+    }
+    tx.commit()?;
+    let rx = db.begin_read()?;
+    let nums = rx.open_table(NUMS)?;
+    assert_eq!(nums.len()?, 1);
+    assert_eq!(nums.get(7)?.map(|v| v.value()), Some(42));
+    for e in nums.iter()? {
+        e?;
+    }
     Ok(())
 }
 

@@ -338,9 +338,11 @@ pub struct TableInfo {
 pub type UntypedReadTable = ReadOnlyTable<&'static [u8], &'static [u8]>;
 
 /// A table written without knowing its types: keys and values given as
-/// their encodings. They must be valid encodings of the types the table
-/// was opened with (`table::dynamic` makes them for the built-in types):
-/// the bytes are stored as given, and a typed reader of bad bytes gets
+/// their encodings (`table::dynamic` makes them for the built-in types).
+/// Where the table's key or value type is built-in, a write whose key or
+/// value is not an encoding of it is refused with `InvalidArgument` and
+/// writes nothing. The bytes of a user-defined type are stored as given:
+/// they must be valid encodings of it, or a typed reader of them gets
 /// `Error::Corrupted`.
 pub type UntypedTable<'txn> = Table<'txn, &'static [u8], &'static [u8]>;
 
@@ -563,7 +565,12 @@ impl WriteTransaction {
     ) -> Result<UntypedTable<'txn>> {
         self.claim();
         self.core.open_table(name, key_type, value_type)?;
-        Ok(Table::new(&self.core, name.to_string()))
+        Ok(Table::untyped(
+            &self.core,
+            name.to_string(),
+            key_type,
+            value_type,
+        ))
     }
 
     /// Applies `batch` (keys strictly increasing) to table `name` (of

@@ -20,6 +20,7 @@ use crate::buffer::ends::EndHints;
 use crate::buffer::merge::{self, BufferWalk, TreeWalk, Window, WritesLayer};
 use crate::buffer::Held;
 use crate::error::{Error, Result};
+use crate::table::dynamic::DynType;
 use crate::table::types::{Key, Value};
 use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfVersion, WriteCore, WriteState};
@@ -458,6 +459,9 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
     pub(super) txn: &'txn WriteCore,
     pub(super) name: String,
+    /// For an untyped handle: the table's built-in types its writes are
+    /// checked against.
+    check: Option<Box<UntypedCheck>>,
     _not_send: PhantomData<*const ()>,
     _kv: PhantomData<fn() -> (K, V)>,
 }
@@ -474,13 +478,81 @@ impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
     }
 }
 
+/// What an untyped handle ([`crate::UntypedTable`]) checks its writes
+/// against: the table's key and value types where [`DynType`] knows them
+/// (`None` for a user-defined type, or `bytes`, whose every byte string
+/// is an encoding). A key or value that is not an encoding of its type
+/// is refused with `InvalidArgument` before anything is written, so a
+/// typed reader never meets it as `Corrupted` data.
+#[derive(Debug)]
+pub(crate) struct UntypedCheck {
+    key: Option<DynType>,
+    value: Option<DynType>,
+}
+
+impl UntypedCheck {
+    /// The check for a table of these catalog type names; `None` if
+    /// there is nothing to check.
+    fn new(key_type: &str, value_type: &str) -> Option<Box<UntypedCheck>> {
+        let known = |name: &str| DynType::parse(name).filter(|t| *t != DynType::Bytes);
+        let (key, value) = (known(key_type), known(value_type));
+        (key.is_some() || value.is_some()).then(|| Box::new(UntypedCheck { key, value }))
+    }
+
+    fn pair(&self, table: &str, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let refuse = |what: &str, bytes: &[u8], ty: &DynType| {
+            Error::InvalidArgument(format!(
+                "table {table:?}: the {what} ({} bytes) is not an encoding of {ty}, \
+                 the table's {what} type; nothing was written",
+                bytes.len()
+            ))
+        };
+        if let Some(ty) = &self.key {
+            if ty.decode_key(key).is_err() {
+                return Err(refuse("key", key, ty));
+            }
+        }
+        if let (Some(ty), Some(v)) = (&self.value, value) {
+            if ty.decode_value(v).is_err() {
+                return Err(refuse("value", v, ty));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     pub(crate) fn new(txn: &'txn WriteCore, name: String) -> Self {
         Table {
             txn,
             name,
+            check: None,
             _not_send: PhantomData,
             _kv: PhantomData,
+        }
+    }
+
+    /// A handle that writes the encodings of `key_type` and `value_type`
+    /// (the table's catalog type names) as given bytes: each write's key
+    /// and value are checked to be encodings of those types where they
+    /// are built-in ([`UntypedCheck`]).
+    pub(crate) fn untyped(
+        txn: &'txn WriteCore,
+        name: String,
+        key_type: &str,
+        value_type: &str,
+    ) -> Self {
+        let mut table = Table::new(txn, name);
+        table.check = UntypedCheck::new(key_type, value_type);
+        table
+    }
+
+    /// `InvalidArgument` if this is an untyped handle and `key` or `value`
+    /// is not an encoding of the table's type: nothing is written.
+    pub(super) fn check_pair(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        match &self.check {
+            Some(check) => check.pair(&self.name, key, value),
+            None => Ok(()),
         }
     }
 
@@ -526,6 +598,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         V: 'v,
     {
         with_key_value::<K, V, _>(key.borrow(), value.borrow(), |k, v| {
+            self.check_pair(k, Some(v))?;
             let mut st = self.txn.state()?;
             st.check_not_failed()?;
             btree::check_limits(btree::store::PageRead::page_size(&st.pages), k, v)?;

@@ -29,6 +29,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// Writes `value` (`None`: removes) at the encoded `key`; returns the
     /// old value.
     pub(super) fn put_raw(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<Option<Held>> {
+        if value.is_some() {
+            self.check_pair(key, value)?;
+        }
         let mut st = self.txn.state()?;
         st.check_not_failed()?;
         if let Some(v) = value {
