@@ -204,7 +204,15 @@ pub struct MemBuffer {
     /// Tests narrow the index's hashes to make different keys share them.
     #[cfg(test)]
     index_mask: u64,
+    /// Tombstones snapshot ranges walked past in this buffer, summed over
+    /// readers ([`MemBuffer::note_walked`]).
+    walked: AtomicU64,
 }
+
+/// Tombstones readers may walk past in one buffer before they ask for it
+/// to be folded (design.md "Tombstone walks"): at some 50–100 ns each,
+/// a few milliseconds of reading spent on removed keys.
+pub const WALKED_FOLD_AFTER: u64 = 65_536;
 
 /// Entries a buffer holds before it indexes its keys. Below this a seek
 /// through the skip list stays short and mostly in cache, and commits of
@@ -324,11 +332,20 @@ impl Default for MemBuffer {
             index_hint: 0,
             #[cfg(test)]
             index_mask: 0,
+            walked: AtomicU64::default(),
         }
     }
 }
 
 impl MemBuffer {
+    /// Adds `n` tombstones a reader walked past. True for the one call
+    /// that takes the sum past [`WALKED_FOLD_AFTER`]: that reader asks
+    /// for a fold, once per buffer.
+    pub fn note_walked(&self, n: u64) -> bool {
+        let before = self.walked.fetch_add(n, Ordering::Relaxed);
+        before < WALKED_FOLD_AFTER && before.saturating_add(n) >= WALKED_FOLD_AFTER
+    }
+
     /// An empty, writable buffer.
     pub fn new() -> MemBuffer {
         MemBuffer {

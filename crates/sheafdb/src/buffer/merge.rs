@@ -311,11 +311,13 @@ fn above_lo(k: &[u8], w: &Window) -> bool {
 
 /// The next visible entry of the merged view of `layers` (newest first)
 /// inside `w`, from the front or the back; shrinks `w` past every key it
-/// looked at, tombstoned ones included.
+/// looked at, tombstoned ones included, and adds how many tombstones
+/// those were to `walked`.
 pub fn step(
     layers: &mut [&mut dyn Layer],
     w: &mut Window,
     back: bool,
+    walked: &mut u64,
 ) -> Result<Option<(Held, Held)>> {
     loop {
         let mut best: Option<Candidate> = None;
@@ -346,6 +348,7 @@ pub fn step(
         if let Some(v) = v {
             return Ok(Some((k, v)));
         }
+        *walked += 1;
         #[cfg(test)]
         SKIPPED.with(|s| s.set(s.get() + 1));
     }

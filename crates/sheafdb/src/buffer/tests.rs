@@ -383,7 +383,7 @@ fn walk(
         };
         let mut l3 = tree.with(&stack.store);
         let mut layers: [&mut dyn Layer; 4] = [&mut l0, &mut l1, &mut l2, &mut l3];
-        match merge::step(&mut layers, &mut w, from_back).unwrap() {
+        match merge::step(&mut layers, &mut w, from_back, &mut 0).unwrap() {
             Some((k, v)) if from_back => back.push((k.to_vec(), v.to_vec())),
             Some((k, v)) => front.push((k.to_vec(), v.to_vec())),
             None if from_back => back_done = true,
@@ -774,4 +774,19 @@ fn newest_from_walks_past_its_chunks_like_the_history() {
         }
         assert_eq!(got, want, "at {at:?} from {start:?}");
     }
+}
+
+#[test]
+fn walked_tombstones_ask_for_a_fold_once() {
+    use super::mem::WALKED_FOLD_AFTER;
+    let b = MemBuffer::new();
+    assert!(
+        !b.note_walked(WALKED_FOLD_AFTER - 1),
+        "asked below the mark"
+    );
+    assert!(b.note_walked(1), "the crossing asks");
+    assert!(!b.note_walked(WALKED_FOLD_AFTER), "asked twice");
+    let c = MemBuffer::new();
+    assert!(c.note_walked(WALKED_FOLD_AFTER * 3), "one big walk asks");
+    assert!(!c.note_walked(1));
 }

@@ -137,6 +137,16 @@ pub(crate) struct Wakeup {
 }
 
 impl Wakeup {
+    /// See [`CheckpointState::request`].
+    fn request(&self) {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut st = self.signal.lock();
+        st.requested = true;
+        self.wake.notify_all();
+    }
+
     fn new(page_size: u64) -> Wakeup {
         Wakeup {
             signal: Mutex::new(SignalState::default()),
@@ -226,13 +236,14 @@ impl CheckpointState {
     /// Asks the background checkpointer to run soon (once per run: later
     /// requests before it starts are free).
     pub fn request(&self) {
-        let w = &self.wakeup;
-        if w.pending.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let mut st = w.signal.lock();
-        st.requested = true;
-        w.wake.notify_all();
+        self.wakeup.request();
+    }
+
+    /// A [`FoldNudge`](crate::txn::FoldNudge) that makes this request:
+    /// for readers that walked many buffered tombstones.
+    pub fn fold_nudge(&self) -> crate::txn::FoldNudge {
+        let w = self.wakeup.clone();
+        crate::txn::FoldNudge::new(move || w.request())
     }
 
     /// Tells the background checkpointer to exit.

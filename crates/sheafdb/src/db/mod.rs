@@ -189,6 +189,9 @@ pub(crate) struct DbShared {
     /// Bytes of the CFs' key filters, their bound, and the signal of the
     /// `sheafdb-keyfilter` thread (`db::key_filter`).
     pub filter_budget: Arc<crate::txn::key_filter::FilterBudget>,
+    /// What snapshot ranges call to ask for a fold (design.md "Tombstone
+    /// walks"): a request to the background checkpointer.
+    pub fold_nudge: crate::txn::FoldNudge,
     threads: Mutex<Threads>,
     // The file lock lives in `space` (`PageSpace::holding`): released when
     // the last handle that can read the file (database, CF handle,

@@ -408,6 +408,7 @@ fn new_shared(
 ) -> Result<Arc<DbShared>> {
     let next_cf = sys.next_cf;
     wal_options(opts)?;
+    let ckpt = CheckpointState::new(sys, Triggers::new(&opts.options, page_size));
     Ok(Arc::new(DbShared {
         space: Arc::new(
             PageSpace::new(
@@ -418,7 +419,8 @@ fn new_shared(
             .holding(lock),
         ),
         registry: CfRegistry::new(next_cf),
-        ckpt: CheckpointState::new(sys, Triggers::new(&opts.options, page_size)),
+        fold_nudge: ckpt.fold_nudge(),
+        ckpt,
         health: Health::new(opts.read_only),
         budget: super::budget::BufferBudget::new(
             opts.options.buffer_total_bytes,

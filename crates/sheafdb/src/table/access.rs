@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::table::dynamic::DynType;
 use crate::table::types::{Key, Value};
 use crate::txn::pages::{ReadPages, TxnPages};
-use crate::txn::{CfVersion, WriteCore, WriteState};
+use crate::txn::{CfVersion, FoldNudge, WriteCore, WriteState};
 use crate::types::TableId;
 
 /// Declares a guard type: stored bytes of one key or value, decoded on
@@ -196,6 +196,9 @@ enum Source<'t> {
         tree: TreeWalk,
         buffered: BufferWalk,
         version: Arc<CfVersion>,
+        /// Tombstones walked and not yet added to the buffer's sum.
+        walked: u64,
+        nudge: FoldNudge,
     },
     /// A write transaction: the merged view of its pending writes over the
     /// table's tree, re-read under the state lock at each step. `made_for`
@@ -233,9 +236,14 @@ pub(super) fn merged_step(
     match st.buffer_at() {
         Some((buf, at)) => {
             let mut buffered = buffered.with(buf, table, at);
-            merge::step(&mut [&mut writes, &mut buffered, &mut tree], window, back)
+            merge::step(
+                &mut [&mut writes, &mut buffered, &mut tree],
+                window,
+                back,
+                &mut 0,
+            )
         }
-        None => merge::step(&mut [&mut writes, &mut tree], window, back),
+        None => merge::step(&mut [&mut writes, &mut tree], window, back, &mut 0),
     }
 }
 
@@ -260,10 +268,19 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 tree,
                 buffered,
                 version,
+                walked,
+                nudge,
             } => {
                 let mut buffered = buffered.with(&version.buffer, *table, version.version);
                 let mut tree = tree.with(&*pages);
-                merge::step(&mut [&mut buffered, &mut tree], window, back)
+                let r = merge::step(&mut [&mut buffered, &mut tree], window, back, walked);
+                if *walked >= WALKED_REPORT {
+                    if version.buffer.note_walked(*walked) {
+                        nudge.nudge();
+                    }
+                    *walked = 0;
+                }
+                r
             }
             Source::Write {
                 txn,
@@ -322,8 +339,15 @@ pub struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
     /// Entries, buffered commits included.
     len: u64,
     version: Arc<CfVersion>,
+    /// Asks for a fold when ranges walk many buffered tombstones.
+    nudge: FoldNudge,
     _kv: PhantomData<fn() -> (K, V)>,
 }
+
+/// Tombstones a snapshot range walks before it adds them to its buffer's
+/// sum ([`MemBuffer::note_walked`](crate::buffer::mem::MemBuffer::note_walked)):
+/// one shared-counter update per so many, not per tombstone.
+const WALKED_REPORT: u64 = 256;
 
 impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for ReadOnlyTable<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -339,6 +363,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         id: TableId,
         root: TreeRoot,
         version: Arc<CfVersion>,
+        nudge: FoldNudge,
     ) -> Result<Self> {
         let len = root
             .len
@@ -352,6 +377,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
             root,
             len,
             version,
+            nudge,
             _kv: PhantomData,
         })
     }
@@ -384,6 +410,8 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
                 buffered: BufferWalk::default(),
                 window,
                 version: self.version.clone(),
+                walked: 0,
+                nudge: self.nudge.clone(),
             }
         } else {
             Source::Read {
