@@ -296,8 +296,11 @@ fn untyped_writes_of_bad_encodings_are_refused_and_write_nothing() -> Result<()>
             Entry::Vacant(v) => refused(v.insert(&b"no"[..]).map(drop), "value (2 bytes)"),
             Entry::Occupied(_) => panic!("nothing was written"),
         }
-        let reserved = t.insert_reserve(&eight[..], 4)?;
-        refused(reserved.finish().map(drop), "value (4 bytes)");
+        // A reservation of the wrong width is refused when asked for, so a
+        // drop cannot fail the transaction over it.
+        refused(t.insert_reserve(&eight[..], 4).map(drop), "value (4 bytes)");
+        refused(t.insert_reserve(&eight[..3], 8).map(drop), "key (3 bytes)");
+
         assert_eq!(t.len()?, 0, "a refused write wrote something");
         t.insert(&eight[..], &42u64.to_le_bytes()[..])?;
         // A string key must be UTF-8; a user-defined type takes anything.
@@ -310,6 +313,18 @@ fn untyped_writes_of_bad_encodings_are_refused_and_write_nothing() -> Result<()>
         let mut own = tx.open_untyped_table("own", "my::Point", "my::Shape")?;
         own.insert(&[1u8][..], &[2u8, 3][..])?;
     }
+    {
+        // Bytes of the right width that are still no encoding (a `char`
+        // past the last scalar value) are refused when stored.
+        let mut c = tx.open_untyped_table("chars", "u8", "char")?;
+        let mut r = c.insert_reserve(&[1u8][..], 4)?;
+        r.copy_from_slice(&0x11_0000u32.to_le_bytes());
+        refused(r.finish().map(drop), "not an encoding of char");
+        let mut r = c.insert_reserve(&[2u8][..], 4)?;
+        r.copy_from_slice(&u32::from('x').to_le_bytes());
+        r.finish()?;
+        assert_eq!(c.len()?, 1);
+    }
     tx.commit()?;
     let rx = db.begin_read()?;
     let nums = rx.open_table(NUMS)?;
@@ -318,6 +333,33 @@ fn untyped_writes_of_bad_encodings_are_refused_and_write_nothing() -> Result<()>
     for e in nums.iter()? {
         e?;
     }
+    Ok(())
+}
+
+/// From a review: a reservation of a width no `u64` has, dropped rather
+/// than finished (which the docs allow), failed the whole transaction
+/// when its store was refused at the drop, losing the writes before it.
+/// The width is refused when the reservation is asked for instead.
+#[test]
+fn a_reservation_of_the_wrong_width_is_refused_before_it_can_be_dropped() -> Result<()> {
+    const NUMS: TableDefinition<u64, u64> = TableDefinition::new("nums");
+    let db = builder().create_with_vfs(Arc::new(SimVfs::new()), "d.sheaf")?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_untyped_table("nums", "u64", "u64")?;
+        t.insert(&1u64.to_be_bytes()[..], &7u64.to_le_bytes()[..])?;
+        match t.insert_reserve(&2u64.to_be_bytes()[..], 3) {
+            Err(Error::InvalidArgument(_)) => {}
+            Ok(mut r) => r.copy_from_slice(&[1, 2, 3]), // dropped: stored, refused
+            Err(e) => return Err(e),
+        }
+        t.insert(&3u64.to_be_bytes()[..], &9u64.to_le_bytes()[..])?;
+    }
+    tx.commit()?;
+    let rx = db.begin_read()?;
+    let nums = rx.open_table(NUMS)?;
+    assert_eq!(nums.len()?, 2);
+    assert_eq!(nums.get(3)?.map(|v| v.value()), Some(9));
     Ok(())
 }
 

@@ -43,7 +43,7 @@ struct Frame {
     idx: usize,
     /// Leaf cells already hinted to the CPU: at the front those below
     /// `hinted`, at the back those from `hinted` on (see
-    /// [`Frame::hint_ahead`]).
+    /// [`hint_ahead`]).
     hinted: usize,
 }
 

@@ -528,25 +528,39 @@ impl UntypedCheck {
     }
 
     fn pair(&self, table: &str, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let refuse = |what: &str, bytes: &[u8], ty: &DynType| {
-            Error::InvalidArgument(format!(
-                "table {table:?}: the {what} ({} bytes) is not an encoding of {ty}, \
-                 the table's {what} type; nothing was written",
-                bytes.len()
-            ))
-        };
         if let Some(ty) = &self.key {
             if ty.decode_key(key).is_err() {
-                return Err(refuse("key", key, ty));
+                return Err(refuse(table, "key", key.len(), ty));
             }
         }
         if let (Some(ty), Some(v)) = (&self.value, value) {
             if ty.decode_value(v).is_err() {
-                return Err(refuse("value", v, ty));
+                return Err(refuse(table, "value", v.len(), ty));
             }
         }
         Ok(())
     }
+
+    /// [`UntypedCheck::pair`] for a reservation: the key, and the value's
+    /// length where the value type has one width.
+    fn reserve(&self, table: &str, key: &[u8], len: usize) -> Result<()> {
+        self.pair(table, key, None)?;
+        match &self.value {
+            Some(ty) if ty.fixed_width().is_some_and(|w| w != len) => {
+                Err(refuse(table, "value", len, ty))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The refusal of an untyped write whose `what` (key or value) of `len`
+/// bytes is not an encoding of `ty`.
+fn refuse(table: &str, what: &str, len: usize, ty: &DynType) -> Error {
+    Error::InvalidArgument(format!(
+        "table {table:?}: the {what} ({len} bytes) is not an encoding of {ty}, \
+         the table's {what} type; nothing was written"
+    ))
 }
 
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
@@ -573,6 +587,18 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let mut table = Table::new(txn, name);
         table.check = UntypedCheck::new(key_type, value_type);
         table
+    }
+
+    /// `InvalidArgument` if this is an untyped handle and a value of `len`
+    /// bytes under `key` cannot be an encoding of the table's types (a
+    /// bad key, or a fixed-width value type of another width): checked
+    /// when `insert_reserve` is asked, while the error can still be
+    /// returned rather than fail the transaction at a drop.
+    pub(super) fn check_reserve(&self, key: &[u8], len: usize) -> Result<()> {
+        match &self.check {
+            Some(check) => check.reserve(&self.name, key, len),
+            None => Ok(()),
+        }
     }
 
     /// `InvalidArgument` if this is an untyped handle and `key` or `value`

@@ -247,7 +247,13 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
     /// Reserves a value of `len` bytes (zeroed) under `key`, to be written
     /// in place through the returned handle; it is stored when the handle
     /// is finished ([`ReservedValue::finish`]) or dropped.
-    /// `ValueTooLarge`/`KeyTooLarge` at once if it cannot fit.
+    /// `ValueTooLarge`/`KeyTooLarge` at once if it cannot fit. Through an
+    /// untyped handle, `InvalidArgument` at once if the key is not an
+    /// encoding of the table's key type or `len` is not the width of its
+    /// fixed-width value type; bytes written that are still not an
+    /// encoding of the value type are refused when stored (`finish`
+    /// returns `InvalidArgument`; a drop fails the transaction, as any
+    /// failure to store a dropped reservation does).
     pub fn insert_reserve<'k>(
         &mut self,
         key: impl Borrow<K::SelfType<'k>>,
@@ -263,6 +269,7 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
         if len > max {
             return Err(Error::ValueTooLarge { len, max });
         }
+        self.check_reserve(&key, len)?;
         let bytes = vec![0; len];
         {
             let mut st = self.txn.state()?;
