@@ -714,7 +714,17 @@ fn plan(
             // extent map written here: a file a kill left did not open).
             if cf.base_ahead_of_published() {
                 // Not published yet: this snapshot is behind the base,
-                // and writing it would take the commit back out.
+                // and writing it would take the commit back out. Its
+                // extents must not have changed since the direct
+                // commit's checkpoint wrote its descriptor: a cut or a
+                // pool leaves such a CF alone (`cut_tail`,
+                // `pool_free_space`), and its writer lock keeps every
+                // other allocation out until it publishes.
+                debug_assert!(
+                    !cf.extents_changed.load(Ordering::Acquire),
+                    "a checkpoint skips CF {:?} with changed extents",
+                    cf.id
+                );
                 continue;
             }
             snapshot = cf.current.load_full();
