@@ -12,7 +12,8 @@
 //! Owns: [`EndHints`] and the rule that keeps them true.
 //!
 //! Invariant E1 (kept by [`EndHints::put_into`], checked by
-//! `buffer::tests::end_hints_*` and the model test in `tests/queue.rs`):
+//! `db::commit::end_hint_tests`, the `a_queue_*` model tests in
+//! `tests/model.rs` and the suite in `tests/end_hints/`):
 //! in the state a set of hints belongs to (a committed version, or a
 //! write transaction's view), no live entry of table `t` has a key below
 //! `t`'s head or above its tail. A hint is only ever set from a walk that

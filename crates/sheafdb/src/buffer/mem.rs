@@ -207,6 +207,39 @@ pub struct MemBuffer {
     /// Tombstones snapshot ranges walked past in this buffer, summed over
     /// readers ([`MemBuffer::note_walked`]).
     walked: AtomicU64,
+    /// Called once that sum passes [`WALKED_FOLD_AFTER`].
+    nudge: FoldNudge,
+}
+
+/// Asks the database's background checkpointer to fold soon, kept by
+/// each buffer, which does not know the checkpointer: snapshot ranges
+/// that walked many of its tombstones ask for it to be folded
+/// ([`MemBuffer::note_walked`], design.md "Tombstone walks").
+#[derive(Clone, Default)]
+pub struct FoldNudge(Option<std::sync::Arc<dyn Fn() + Send + Sync>>);
+
+impl FoldNudge {
+    /// A nudge that calls `ask`.
+    pub fn new(ask: impl Fn() + Send + Sync + 'static) -> FoldNudge {
+        FoldNudge(Some(std::sync::Arc::new(ask)))
+    }
+
+    /// Asks for a fold (nothing for a nudge made by `default`).
+    pub fn nudge(&self) {
+        if let Some(ask) = &self.0 {
+            ask();
+        }
+    }
+}
+
+impl std::fmt::Debug for FoldNudge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "FoldNudge"
+        } else {
+            "FoldNudge(none)"
+        })
+    }
 }
 
 /// Tombstones readers may walk past in one buffer before they ask for it
@@ -333,17 +366,35 @@ impl Default for MemBuffer {
             #[cfg(test)]
             index_mask: 0,
             walked: AtomicU64::default(),
+            nudge: FoldNudge::default(),
         }
     }
 }
 
 impl MemBuffer {
-    /// Adds `n` tombstones a reader walked past. True for the one call
-    /// that takes the sum past [`WALKED_FOLD_AFTER`]: that reader asks
-    /// for a fold, once per buffer.
+    /// Adds `n` tombstones a reader walked past. The one call that takes
+    /// the sum past [`WALKED_FOLD_AFTER`] asks for a fold through the
+    /// buffer's nudge (once per buffer) and returns true.
     pub fn note_walked(&self, n: u64) -> bool {
         let before = self.walked.fetch_add(n, Ordering::Relaxed);
-        before < WALKED_FOLD_AFTER && before.saturating_add(n) >= WALKED_FOLD_AFTER
+        let crossed = before < WALKED_FOLD_AFTER && before.saturating_add(n) >= WALKED_FOLD_AFTER;
+        if crossed {
+            self.nudge.nudge();
+        }
+        crossed
+    }
+
+    /// An empty, writable buffer that asks for its fold through `nudge`.
+    pub fn nudging(nudge: FoldNudge) -> MemBuffer {
+        MemBuffer {
+            nudge,
+            ..MemBuffer::new()
+        }
+    }
+
+    /// What this buffer calls to ask for a fold.
+    pub fn nudge(&self) -> &FoldNudge {
+        &self.nudge
     }
 
     /// An empty, writable buffer.
@@ -369,6 +420,7 @@ impl MemBuffer {
             backfill_chunk: prev.backfill_chunk,
             #[cfg(test)]
             index_mask: prev.index_mask,
+            nudge: prev.nudge.clone(),
             ..MemBuffer::new()
         }
     }

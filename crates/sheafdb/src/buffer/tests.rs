@@ -778,14 +778,24 @@ fn newest_from_walks_past_its_chunks_like_the_history() {
 
 #[test]
 fn walked_tombstones_ask_for_a_fold_once() {
-    use super::mem::WALKED_FOLD_AFTER;
-    let b = MemBuffer::new();
+    use super::mem::{FoldNudge, WALKED_FOLD_AFTER};
+    let asked = Arc::new(AtomicU64::new(0));
+    let counter = asked.clone();
+    let nudge = FoldNudge::new(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
+    let b = MemBuffer::nudging(nudge);
     assert!(
         !b.note_walked(WALKED_FOLD_AFTER - 1),
         "asked below the mark"
     );
     assert!(b.note_walked(1), "the crossing asks");
     assert!(!b.note_walked(WALKED_FOLD_AFTER), "asked twice");
+    assert_eq!(asked.load(Ordering::Relaxed), 1, "the nudge is called once");
+    // A fold's next buffer asks through the same nudge, afresh.
+    let next = MemBuffer::after(&b);
+    assert!(next.note_walked(WALKED_FOLD_AFTER));
+    assert_eq!(asked.load(Ordering::Relaxed), 2);
     let c = MemBuffer::new();
     assert!(c.note_walked(WALKED_FOLD_AFTER * 3), "one big walk asks");
     assert!(!c.note_walked(1));

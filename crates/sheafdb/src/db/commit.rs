@@ -806,7 +806,8 @@ impl DbShared {
             st.folded || st.base.buffer.entries() == 0,
             "a tree commit over unfolded buffered commits"
         );
-        let mut v = CfVersion::of_trees(version, st.catalog, st.next_table, lsn, batch);
+        let nudge = self.fold_nudge.clone();
+        let mut v = CfVersion::of_trees(version, st.catalog, st.next_table, lsn, batch, nudge);
         if let Some(carry) = st.carry.take() {
             // A fold made aside: the commits after the folded version stay
             // buffered, and replay of these trees resumes after it.

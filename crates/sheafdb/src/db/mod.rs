@@ -189,7 +189,8 @@ pub(crate) struct DbShared {
     /// Bytes of the CFs' key filters, their bound, and the signal of the
     /// `sheafdb-keyfilter` thread (`db::key_filter`).
     pub filter_budget: Arc<crate::txn::key_filter::FilterBudget>,
-    /// What snapshot ranges call to ask for a fold (design.md "Tombstone
+    /// What every CF's buffers call to ask for a fold when snapshot
+    /// ranges walked many of their tombstones (design.md "Tombstone
     /// walks"): a request to the background checkpointer.
     pub fold_nudge: crate::txn::FoldNudge,
     threads: Mutex<Threads>,

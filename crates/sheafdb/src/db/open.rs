@@ -461,6 +461,7 @@ pub(super) fn new_cf(
         desc.next_table,
         desc.checkpoint_lsn,
         batch,
+        shared.fold_nudge.clone(),
     );
     CfShared::new(id, name, alloc, version)
 }

@@ -121,7 +121,7 @@ impl ReadTransaction {
                 len: t.meta.len,
             },
         );
-        ReadOnlyTable::new(pages, id, root, version, self.shared.fold_nudge.clone())
+        ReadOnlyTable::new(pages, id, root, version)
     }
 
     /// Opens a table of the home CF for reading. `TableNotFound` if it does

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::table::dynamic::DynType;
 use crate::table::types::{Key, Value};
 use crate::txn::pages::{ReadPages, TxnPages};
-use crate::txn::{CfVersion, FoldNudge, WriteCore, WriteState};
+use crate::txn::{CfVersion, WriteCore, WriteState};
 use crate::types::TableId;
 
 /// Declares a guard type: stored bytes of one key or value, decoded on
@@ -198,7 +198,6 @@ enum Source<'t> {
         version: Arc<CfVersion>,
         /// Tombstones walked and not yet added to the buffer's sum.
         walked: u64,
-        nudge: FoldNudge,
     },
     /// A write transaction: the merged view of its pending writes over the
     /// table's tree, re-read under the state lock at each step. `made_for`
@@ -269,16 +268,12 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 buffered,
                 version,
                 walked,
-                nudge,
             } => {
                 let mut buffered = buffered.with(&version.buffer, *table, version.version);
                 let mut tree = tree.with(&*pages);
                 let r = merge::step(&mut [&mut buffered, &mut tree], window, back, walked);
                 if *walked >= WALKED_REPORT {
-                    if version.buffer.note_walked(*walked) {
-                        nudge.nudge();
-                    }
-                    *walked = 0;
+                    version.buffer.note_walked(std::mem::take(walked));
                 }
                 r
             }
@@ -339,8 +334,6 @@ pub struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
     /// Entries, buffered commits included.
     len: u64,
     version: Arc<CfVersion>,
-    /// Asks for a fold when ranges walk many buffered tombstones.
-    nudge: FoldNudge,
     _kv: PhantomData<fn() -> (K, V)>,
 }
 
@@ -363,7 +356,6 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         id: TableId,
         root: TreeRoot,
         version: Arc<CfVersion>,
-        nudge: FoldNudge,
     ) -> Result<Self> {
         let len = root
             .len
@@ -377,7 +369,6 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
             root,
             len,
             version,
-            nudge,
             _kv: PhantomData,
         })
     }
@@ -411,7 +402,6 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
                 window,
                 version: self.version.clone(),
                 walked: 0,
-                nudge: self.nudge.clone(),
             }
         } else {
             Source::Read {

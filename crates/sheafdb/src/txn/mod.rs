@@ -30,6 +30,8 @@ pub mod savepoint;
 pub mod state;
 pub mod version;
 
+/// What a buffer calls to ask for a fold (design.md "Tombstone walks").
+pub(crate) use crate::buffer::mem::FoldNudge;
 /// Whether a commit's writes go into the buffer's key index (replay's
 /// do not), as the database layer names it.
 pub(crate) use crate::buffer::mem::KeyIndex;
@@ -56,37 +58,6 @@ pub enum Durability {
 
 /// Longest table name in bytes.
 pub const MAX_TABLE_NAME: usize = 255;
-
-/// Asks the database's background checkpointer to fold soon, given to
-/// table handles, which do not know it: a snapshot range that walked many
-/// buffered tombstones asks for their buffer to be folded
-/// (design.md "Tombstone walks").
-#[derive(Clone, Default)]
-pub struct FoldNudge(Option<std::sync::Arc<dyn Fn() + Send + Sync>>);
-
-impl FoldNudge {
-    /// A nudge that calls `ask`.
-    pub fn new(ask: impl Fn() + Send + Sync + 'static) -> FoldNudge {
-        FoldNudge(Some(std::sync::Arc::new(ask)))
-    }
-
-    /// Asks for a fold (nothing for a nudge made by `default`).
-    pub fn nudge(&self) {
-        if let Some(ask) = &self.0 {
-            ask();
-        }
-    }
-}
-
-impl std::fmt::Debug for FoldNudge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "FoldNudge"
-        } else {
-            "FoldNudge(none)"
-        })
-    }
-}
 
 /// Tombstones the merged view walked past on this thread since the last
 /// call (tests of the end hints, E1, count the walk they spare).

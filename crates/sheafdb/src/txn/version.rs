@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use crate::btree::TreeRoot;
 use crate::buffer::ends::EndHints;
-use crate::buffer::mem::MemBuffer;
+use crate::buffer::mem::{FoldNudge, MemBuffer};
 use crate::error::{Error, Result};
 use crate::lock_rank::{acquire, ranks, Held, Rank, RankedMutex};
 use crate::pager::alloc::{CfAllocator, ReclaimBatch};
@@ -294,6 +294,7 @@ impl CfVersion {
         next_table: TableId,
         lsn: Lsn,
         batch: Arc<ReclaimBatch>,
+        nudge: FoldNudge,
     ) -> CfVersion {
         CfVersion {
             version,
@@ -301,7 +302,7 @@ impl CfVersion {
             next_table,
             lsn,
             batch,
-            buffer: Arc::new(MemBuffer::new()),
+            buffer: Arc::new(MemBuffer::nudging(nudge)),
             deltas: Arc::default(),
             ends: Arc::default(),
             tree_base: DurableBase { version, lsn },
@@ -499,7 +500,14 @@ mod publish_tests {
 
     fn version_of(alloc: &CfAllocator, v: u64, lsn: u64) -> CfVersion {
         let batch = ReclaimBatch::new(alloc.released_sink());
-        CfVersion::of_trees(Version(v), TreeRoot::default(), TableId(1), Lsn(lsn), batch)
+        CfVersion::of_trees(
+            Version(v),
+            TreeRoot::default(),
+            TableId(1),
+            Lsn(lsn),
+            batch,
+            FoldNudge::default(),
+        )
     }
 
     /// Queues versions 1..=n, version `i` a logged commit ending at LSN
@@ -935,6 +943,7 @@ impl CfShared {
             v0.next_table,
             Lsn(v0.lsn.0 + 1),
             ReclaimBatch::new(self.alloc.lock().released_sink()),
+            v0.buffer.nudge().clone(),
         ));
         v0.batch.seal(Vec::new(), v1.batch.clone());
         self.set_head_version(v1.version);
