@@ -2167,6 +2167,85 @@ fn keys_in(db: &Database, lo: u64, hi: u64) -> Result<Vec<u64>> {
     keys.collect()
 }
 
+/// Waits (at most 30 s) until the default CF's buffer is folded; false if
+/// it is still there then.
+fn folded_within_30_s(db: &Database) -> Result<bool> {
+    let cf = db.default_cf()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cf.stats()?.buffered_bytes > 0 {
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(true)
+}
+
+/// design.md "Tombstone walks": a write transaction's walk past the
+/// buffer's tombstones asks for the fold too (a range, and `retain`,
+/// which walks the same merged view). Before, only snapshot ranges
+/// counted, and transactions that read across the hole walked it again
+/// every time until the hour-long timer.
+#[test]
+fn write_transactions_that_walk_many_tombstones_get_the_buffer_folded() -> Result<()> {
+    for via_retain in [false, true] {
+        let db = hole_in_the_middle()?;
+        let tx = db.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            if via_retain {
+                // Keeps everything: walks the whole table, hole included.
+                t.retain(|_, _| true)?;
+            } else {
+                let keys: Vec<u64> = t
+                    .range(24_998..125_002)?
+                    .map(|e| e.map(|(k, _)| k.value()))
+                    .collect::<Result<_>>()?;
+                assert_eq!(keys, [24_998, 24_999, 125_000, 125_001]);
+            }
+            assert_eq!(t.len()?, 50_000);
+        }
+        tx.abort()?;
+        assert!(
+            folded_within_30_s(&db)?,
+            "a write transaction walked 100,000 tombstones and left them buffered \
+             (via retain: {via_retain})"
+        );
+        let rx = db.begin_read()?;
+        assert_eq!(rx.open_table(T)?.len()?, 50_000);
+        assert_eq!(rx.open_table(T)?.range(24_998..125_002)?.count(), 4);
+    }
+    Ok(())
+}
+
+/// A transaction's own pending removals are not the buffer's: walking
+/// them asks for no fold (a fold would not remove them).
+#[test]
+fn walking_a_transactions_own_removals_asks_for_no_fold() -> Result<()> {
+    let db = hole_in_the_middle()?;
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for k in 130_000..140_000u64 {
+            t.delete(k)?;
+        }
+        for _ in 0..10 {
+            let keys: Vec<u64> = t
+                .range(129_999..140_001)?
+                .map(|e| e.map(|(k, _)| k.value()))
+                .collect::<Result<_>>()?;
+            assert_eq!(keys, [129_999, 140_000]);
+        }
+    }
+    tx.abort()?;
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        db.default_cf()?.stats()?.buffered_bytes > 0,
+        "100,000 walks of the transaction's own removals asked for a fold"
+    );
+    Ok(())
+}
+
 /// design.md "Tombstone walks": a snapshot range that walks past many
 /// buffered tombstones asks the background checkpointer for a fold, so
 /// the removed middle of a table is not walked again by every range until

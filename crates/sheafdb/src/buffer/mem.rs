@@ -376,12 +376,20 @@ impl MemBuffer {
     /// the sum past [`WALKED_FOLD_AFTER`] asks for a fold through the
     /// buffer's nudge (once per buffer) and returns true.
     pub fn note_walked(&self, n: u64) -> bool {
-        let before = self.walked.fetch_add(n, Ordering::Relaxed);
-        let crossed = before < WALKED_FOLD_AFTER && before.saturating_add(n) >= WALKED_FOLD_AFTER;
+        let crossed = self.count_walked(n);
         if crossed {
             self.nudge.nudge();
         }
         crossed
+    }
+
+    /// [`MemBuffer::note_walked`] without the nudge: true for the one
+    /// call that takes the sum past [`WALKED_FOLD_AFTER`], whose caller
+    /// asks for the fold itself (a write transaction, once it no longer
+    /// holds the writer lock the fold needs).
+    pub fn count_walked(&self, n: u64) -> bool {
+        let before = self.walked.fetch_add(n, Ordering::Relaxed);
+        before < WALKED_FOLD_AFTER && before.saturating_add(n) >= WALKED_FOLD_AFTER
     }
 
     /// An empty, writable buffer that asks for its fold through `nudge`.

@@ -689,8 +689,15 @@ impl WriteTransaction {
 
 impl Drop for WriteTransaction {
     fn drop(&mut self) {
+        let st = self.core.state_mut();
         if !self.finished {
-            self.core.state_mut().pages.rollback();
+            st.pages.rollback();
+        }
+        // Its walks passed many buffered tombstones (design.md "Tombstone
+        // walks"): the fold is asked for now, as the writer lock it needs
+        // is given up (a fold that finds the lock held gives up).
+        if st.fold_asked {
+            self.shared.fold_nudge.nudge();
         }
     }
 }

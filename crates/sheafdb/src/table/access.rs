@@ -211,6 +211,8 @@ enum Source<'t> {
         tree: TreeWalk,
         buffered: BufferWalk,
         made_for: (TreeRoot, bool),
+        /// Tombstones walked and not yet added to the buffer's sum.
+        walked: u64,
     },
 }
 
@@ -222,27 +224,34 @@ pub struct Range<'t, K: Key + 'static, V: Value + 'static> {
 }
 
 /// One step of the merged view of `table` in `st` (its pending writes over
-/// its tree).
+/// its tree). Adds the buffered tombstones it walks past to `walked`, and
+/// hands the count to the buffer once it reaches [`WALKED_REPORT`]; the
+/// fold that asks for is left to the transaction's end
+/// ([`WriteState::fold_asked`]; design.md "Tombstone walks").
 pub(super) fn merged_step(
-    st: &WriteState,
+    st: &mut WriteState,
     table: TableId,
     window: &mut Window,
     (tree, buffered): (&mut TreeWalk, &mut BufferWalk),
     back: bool,
+    walked: &mut u64,
 ) -> Result<Option<(Held, Held)>> {
     let mut writes = WritesLayer(st.writes.table(table));
     let mut tree = tree.with(&st.pages);
     match st.buffer_at() {
         Some((buf, at)) => {
             let mut buffered = buffered.with(buf, table, at);
-            merge::step(
+            let r = merge::step(
                 &mut [&mut writes, &mut buffered, &mut tree],
                 window,
                 back,
-                &mut 0,
-            )
+                walked,
+            );
+            let asked = *walked >= WALKED_REPORT && buf.count_walked(std::mem::take(walked));
+            st.fold_asked |= asked;
+            r
         }
-        None => merge::step(&mut [&mut writes, &mut tree], window, back, &mut 0),
+        None => merge::step(&mut [&mut writes, &mut tree], window, back, walked),
     }
 }
 
@@ -284,8 +293,9 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 tree,
                 buffered,
                 made_for,
+                walked,
             } => match txn.state() {
-                Ok(st) => {
+                Ok(mut st) => {
                     let tree_now = st.table_by_id(*table).map(|t| t.root());
                     let now = (tree_now.unwrap_or(made_for.0), st.folded);
                     if now != *made_for {
@@ -293,7 +303,7 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                         *buffered = BufferWalk::default();
                         *made_for = now;
                     }
-                    merged_step(&st, *table, window, (tree, buffered), back)
+                    merged_step(&mut st, *table, window, (tree, buffered), back, walked)
                 }
                 Err(e) => Err(e),
             },
@@ -737,6 +747,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
                 tree,
                 buffered: BufferWalk::default(),
                 made_for: (root, st.folded),
+                walked: 0,
             },
             done: false,
             _kv: PhantomData,
@@ -784,7 +795,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let mut window = Window::new(lo, hi);
         let mut tree = TreeWalk::new(&root, &window);
         let walks = (&mut tree, &mut BufferWalk::default());
-        let Some((k, v)) = merged_step(st, id, &mut window, walks, back)? else {
+        let Some((k, v)) = merged_step(st, id, &mut window, walks, back, &mut 0)? else {
             return Ok(None);
         };
         EndHints::end_into(&mut st.ends, id, &k, back);

@@ -68,6 +68,9 @@ where
     to_back: bool,
     /// The last entry looked at and kept (only while `to_back`).
     last_kept: Option<Held>,
+    /// Buffered tombstones walked and not yet added to the buffer's sum
+    /// (design.md "Tombstone walks").
+    walked: u64,
     predicate: F,
     done: bool,
     _kv: PhantomData<fn() -> (K, V)>,
@@ -103,7 +106,14 @@ where
         let mut tree = TreeWalk::new(&root, &self.window);
         let mut buffered = BufferWalk::default();
         loop {
-            let step = merged_step(&st, id, &mut self.window, (&mut tree, &mut buffered), false)?;
+            let step = merged_step(
+                &mut st,
+                id,
+                &mut self.window,
+                (&mut tree, &mut buffered),
+                false,
+                &mut self.walked,
+            )?;
             let Some((k, v)) = step else {
                 if let Some(k) = self.last_kept.take() {
                     // A `retain` that removed a table's back: the next walk
@@ -178,6 +188,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             at_front,
             to_back,
             last_kept: None,
+            walked: 0,
             table: self,
             predicate,
             done: false,

@@ -248,6 +248,11 @@ pub(crate) struct WriteState {
     /// Set by the first savepoint: the record is kept past
     /// `log_max_bytes` (a restore replays it).
     pub(super) keep_log: bool,
+    /// A walk of this transaction took its buffer's sum of walked
+    /// tombstones past the fold mark (design.md "Tombstone walks"): the
+    /// fold is asked for when the transaction ends, not while it holds
+    /// the writer lock the fold needs.
+    pub fold_asked: bool,
     /// Pending write bytes of one table (with pages) past which they are
     /// applied to its tree ([`SPILL_BYTES`] unless the database says).
     pub spill_bytes: u64,
@@ -381,6 +386,7 @@ impl WriteState {
             savepoints: Vec::new(),
             next_savepoint: 0,
             keep_log: false,
+            fold_asked: false,
             spill_bytes: SPILL_BYTES,
             key_filter: None,
             unsettled: IdMap::default(),
