@@ -695,6 +695,87 @@ mod api_edges {
         assert!(table.get(2).unwrap().is_none());
     }
 
+    /// A reservation handed out before a savepoint and stored after it
+    /// made the transaction uncommittable once restored to that savepoint
+    /// ("1 reserved value(s) never stored", at every later commit): the
+    /// restore put back the count of reservations out at the savepoint,
+    /// though that one had been stored and its handle was gone (an
+    /// adversarial probe, also through a multi-CF transaction). Now a
+    /// restore forgets the reservations made after the savepoint and keeps
+    /// only those still out.
+    #[test]
+    fn a_reservation_stored_after_a_savepoint_does_not_block_the_commit_after_a_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("r.sheaf")).unwrap();
+        let t = sheafdb::TableDefinition::<u64, &[u8]>::new("t");
+        let mut tx = db.begin_write().unwrap();
+        let sp;
+        {
+            let mut table = tx.open_table(t).unwrap();
+            table.insert(1, b"one".as_slice()).unwrap();
+            let mut r = table.insert_reserve(2, 3).unwrap();
+            sp = tx.savepoint().unwrap();
+            r.copy_from_slice(b"two");
+            r.finish().unwrap();
+        }
+        tx.restore_savepoint(&sp).unwrap();
+        tx.commit().unwrap();
+        let rx = db.begin_read().unwrap();
+        let table = rx.open_table(t).unwrap();
+        assert_eq!(table.get(1).unwrap().unwrap().value(), b"one");
+        assert!(table.get(2).unwrap().is_none());
+        assert_eq!(table.len().unwrap(), 1);
+
+        // The same through a transaction over two CFs.
+        let other = db.cf_or_create("other").unwrap();
+        let main = db.default_cf().unwrap();
+        let mut tx = db.begin_write_cfs(&[&main, &other]).unwrap();
+        let sp;
+        {
+            let mut table = tx.open_table(&other, t).unwrap();
+            let mut r = table.insert_reserve(5, 4).unwrap();
+            sp = tx.savepoint().unwrap();
+            r.copy_from_slice(b"five");
+            r.finish().unwrap();
+        }
+        tx.restore_savepoint(&sp).unwrap();
+        tx.open_table(&other, t)
+            .unwrap()
+            .insert(6, b"six".as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+        let rx = db.begin_read().unwrap();
+        let table = rx.open_table_in(&other, t).unwrap();
+        assert!(table.get(5).unwrap().is_none());
+        assert_eq!(table.get(6).unwrap().unwrap().value(), b"six");
+    }
+
+    /// A reservation leaked before a savepoint is still out after a
+    /// restore to it: the commit stays refused (its value would vanish
+    /// from a commit that reports success), and the transaction can
+    /// still be aborted.
+    #[test]
+    fn a_reservation_leaked_before_a_savepoint_still_blocks_the_commit_after_a_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("r.sheaf")).unwrap();
+        let t = sheafdb::TableDefinition::<u64, &[u8]>::new("t");
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut table = tx.open_table(t).unwrap();
+            std::mem::forget(table.insert_reserve(2, 8).unwrap());
+        }
+        let sp = tx.savepoint().unwrap();
+        tx.open_table(t)
+            .unwrap()
+            .insert(3, b"c".as_slice())
+            .unwrap();
+        tx.restore_savepoint(&sp).unwrap();
+        let e = tx.commit().unwrap_err();
+        assert!(e.to_string().contains("reserved value"), "{e}");
+        let rx = db.begin_read().unwrap();
+        assert!(rx.open_table(t).is_err(), "nothing was committed");
+    }
+
     /// A backup into a missing directory failed with a bare `NotFound`
     /// naming nothing, and one to a dangling symlink copied everything
     /// and then failed with "File exists": both are refused first, naming

@@ -271,15 +271,16 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
         }
         self.check_reserve(&key, len)?;
         let bytes = vec![0; len];
-        {
+        let id = {
             let mut st = self.txn.state()?;
             st.check_not_failed()?;
             let ps = btree::store::PageRead::page_size(&st.pages);
             btree::check_limits(ps, &key, &[])?;
-            st.reserving += 1;
-        }
+            st.reserving.take()
+        };
         Ok(ReservedValue {
             table: self,
+            id,
             key,
             bytes,
             stored: false,
@@ -293,6 +294,8 @@ impl<'txn, K: Key + 'static, V: MutInPlaceValue + 'static> Table<'txn, K, V> {
 /// panic, it is not stored and the transaction fails.
 pub struct ReservedValue<'a, 'txn, K: Key + 'static, V: Value + 'static> {
     table: &'a mut Table<'txn, K, V>,
+    /// Its number among the transaction's reservations.
+    id: u64,
     key: Vec<u8>,
     bytes: Vec<u8>,
     stored: bool,
@@ -337,8 +340,7 @@ impl<K: Key + 'static, V: Value + 'static> ReservedValue<'_, '_, K, V> {
     /// a panic).
     fn unreserve(&mut self) {
         if let Ok(mut st) = self.table.txn.state() {
-            debug_assert!(st.reserving > 0, "a reservation released twice");
-            st.reserving = st.reserving.saturating_sub(1);
+            st.reserving.release(self.id);
         }
     }
 

@@ -37,11 +37,12 @@ use super::state::{create_table, WriteState};
 pub(crate) struct SavepointMark {
     pub seq: u64,
     pub log: EncoderMark,
-    /// Values handed out by `insert_reserve` and not yet stored when the
-    /// savepoint was taken. A restore needs `&mut` of the transaction, so
-    /// no reservation is alive then: any made since was leaked
-    /// (`mem::forget`) and goes with the rest of what came after.
-    pub reserving: u32,
+    /// Where the numbering of `insert_reserve`'s values stood
+    /// ([`Reservations::mark`](super::state::Reservations::mark)). A
+    /// restore needs `&mut` of the transaction, so no reservation is alive
+    /// then: any made since was leaked (`mem::forget`) and goes with the
+    /// rest of what came after.
+    pub reservations: u64,
 }
 
 fn invalid(what: &str) -> Error {
@@ -70,7 +71,7 @@ impl WriteState {
         let mark = SavepointMark {
             seq: self.next_savepoint,
             log: log.mark(),
-            reserving: self.reserving,
+            reservations: self.reserving.mark(),
         };
         self.next_savepoint += 1;
         self.keep_log = true;
@@ -94,7 +95,7 @@ impl WriteState {
             })?;
         self.savepoints.truncate(at + 1);
         let mark = self.savepoints[at].log;
-        let reserving = self.savepoints[at].reserving;
+        let reservations = self.savepoints[at].reservations;
         let mut log = self
             .log
             .take()
@@ -113,8 +114,10 @@ impl WriteState {
         );
         if replayed.is_ok() {
             // A reservation leaked after the savepoint failed every commit
-            // after a restore (an adversarial probe).
-            self.reserving = reserving;
+            // after a restore (an adversarial probe); one outstanding at
+            // the savepoint and stored after it did too, when the count
+            // was put back (another).
+            self.reserving.restore(reservations);
         }
         replayed.map_err(|e| {
             self.log = Some(kept);

@@ -201,6 +201,54 @@ impl TableState {
     }
 }
 
+/// The reserved values of a write transaction not yet stored
+/// ([`WriteState::reserving`]), by number: a savepoint restore forgets
+/// exactly those handed out after the savepoint, whatever happened to the
+/// ones before it.
+#[derive(Debug, Default)]
+pub(crate) struct Reservations {
+    /// The number the next reservation gets.
+    next: u64,
+    /// Numbers handed out and neither stored nor dropped.
+    live: std::collections::BTreeSet<u64>,
+}
+
+impl Reservations {
+    /// Hands out a new reservation number.
+    pub fn take(&mut self) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        let fresh = self.live.insert(id);
+        debug_assert!(fresh, "reservation numbers never repeat");
+        id
+    }
+
+    /// Reservation `id` was stored or dropped.
+    pub fn release(&mut self, id: u64) {
+        let was_live = self.live.remove(&id);
+        debug_assert!(was_live, "reservation {id} released twice");
+    }
+
+    /// Reservations neither stored nor dropped.
+    pub fn outstanding(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Where the numbering stands (a savepoint's mark).
+    pub fn mark(&self) -> u64 {
+        self.next
+    }
+
+    /// Back to a savepoint taken at `mark`: reservations handed out since
+    /// are gone with everything else after it (a restore needs `&mut` of
+    /// the transaction, so none of them is alive: they were leaked). Those
+    /// from before it stay outstanding only if they still are: one stored
+    /// after the savepoint is not handed out again.
+    pub fn restore(&mut self, mark: u64) {
+        self.live.retain(|&id| id < mark);
+    }
+}
+
 /// Mutable state of a write transaction, behind one lock so several tables
 /// can be open at once.
 #[derive(Debug)]
@@ -228,7 +276,7 @@ pub(crate) struct WriteState {
     /// stored nor dropped: one forgotten (`mem::forget`) would otherwise
     /// vanish from a commit that reports success (found by an adversarial
     /// review). The commit refuses while any is.
-    pub reserving: u32,
+    pub reserving: Reservations,
     /// The logical operations so far, for the WAL record; `None` once the
     /// transaction outgrew `log_max_bytes` and will commit by a direct
     /// checkpoint instead.
@@ -378,7 +426,7 @@ impl WriteState {
             folded: false,
             carry: None,
             catalog_changed: false,
-            reserving: 0,
+            reserving: Reservations::default(),
             log: log_max_bytes.map(|_| CommitEncoder::new()),
             log_counts: IdMap::default(),
             log_max_bytes: log_max_bytes.unwrap_or(0),
@@ -509,11 +557,11 @@ impl WriteState {
     /// Removals of keys not looked up (`Table::delete`) are settled first:
     /// the record's counts are exact, as replay relies on them.
     pub fn finish_log(&mut self) -> Result<Option<Vec<u8>>> {
-        if self.reserving > 0 {
+        if self.reserving.outstanding() > 0 {
             let e = Error::InvalidArgument(format!(
                 "{} reserved value(s) never stored (a ReservedValue was forgotten): \
                  the transaction cannot commit without them",
-                self.reserving
+                self.reserving.outstanding()
             ));
             return Err(self.fail(e));
         }
