@@ -193,6 +193,14 @@ fn float_text(x: f64, single: bool) -> String {
     }
 }
 
+/// The number of elements an array type holds (`None` for a `Vec`).
+fn array_len(ty: &DynType) -> Option<usize> {
+    match ty {
+        DynType::Array(_, n) => Some(*n),
+        _ => None,
+    }
+}
+
 fn nullable(ty: &DynType) -> bool {
     matches!(ty, DynType::Unit | DynType::Option(_))
 }
@@ -232,6 +240,16 @@ fn to_json(ty: &DynType, v: &DynValue, out: &mut String) {
                     out.push(',');
                 }
                 to_json(t, x, out);
+            }
+            out.push(']');
+        }
+        (DynType::List(element) | DynType::Array(element, _), DynValue::List(items)) => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                to_json(element, x, out);
             }
             out.push(']');
         }
@@ -291,6 +309,14 @@ fn from_json(ty: &DynType, j: &Json) -> Result<DynValue, String> {
             ),
             _ => return Err(wrong()),
         },
+        DynType::List(element) | DynType::Array(element, _) => match j {
+            Json::Array(items) if array_len(ty).is_none_or(|n| n == items.len()) => DynValue::List(
+                (items.iter())
+                    .map(|x| from_json(element, x))
+                    .collect::<Result<_, _>>()?,
+            ),
+            _ => return Err(wrong()),
+        },
         _ => {
             return Err(format!(
                 "type {ty} is not supported by this version of sheaf"
@@ -315,6 +341,8 @@ fn expected(ty: &DynType) -> String {
         }
         DynType::Option(_) => format!("null or a value ({ty})"),
         DynType::Tuple(t) => format!("an array of {} elements ({ty})", t.len()),
+        DynType::List(_) => format!("an array ({ty})"),
+        DynType::Array(_, n) => format!("an array of {n} elements ({ty})"),
         _ => ty.to_string(),
     }
 }

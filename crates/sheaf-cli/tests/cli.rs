@@ -82,13 +82,23 @@ const FLAGS: TableDefinition<Option<Option<u8>>, (bool, char, i128)> =
     TableDefinition::new("flags");
 const READINGS: TableDefinition<(Celsius, u8), Option<Celsius>> = TableDefinition::new("readings");
 const TAGS: MultimapTableDefinition<&str, (u64, &str)> = MultimapTableDefinition::new("tags");
+/// The value type of `VECTORS`.
+type Pairs = (Vec<[u8; 2]>, [char; 2]);
+const VECTORS: TableDefinition<Vec<u16>, Pairs> = TableDefinition::new("vectors");
 
 /// (cf, table, key type, value type, entries) of the test database.
-const TABLES: [(&str, &str, &str, &str, u64); 8] = [
+const TABLES: [(&str, &str, &str, &str, u64); 9] = [
     ("default", "events", "(u64,str)", "Option<(u32,str)>", 4),
     ("default", "users", "str", "u64", 3),
     ("metrics", "blobs", "[u8;4]", "bytes", 3),
     ("metrics", "samples", "(str,i64)", "f64", 5),
+    (
+        "metrics",
+        "vectors",
+        "Vec<u16>",
+        "(Vec<[u8;2]>,[char;2])",
+        3,
+    ),
     ("sets", "flags", "Option<Option<u8>>", "(bool,char,i128)", 3),
     ("sets", "members", "(u32,Option<str>)", "()", 4),
     (
@@ -130,6 +140,10 @@ fn make_db(path: &Path) -> Result<()> {
         blobs.insert([0, 1, 2, 3], vec![])?;
         blobs.insert([255; 4], vec![0, 0, 255])?;
         blobs.insert([9, 9, 9, 9], b"text".to_vec())?;
+        let mut vectors = tx.open_table(VECTORS)?;
+        vectors.insert(vec![], (vec![], ['a', '\0']))?;
+        vectors.insert(vec![1, 2], (vec![[0, 1], [255, 0]], ['é', ',']))?;
+        vectors.insert(vec![u16::MAX], (vec![[7, 7]], ['"', '\n']))?;
     }
     tx.commit()?;
     let sets = db.cf_or_create("sets")?;
@@ -256,7 +270,7 @@ fn info_describes_the_file_and_every_table() {
     for needle in [
         "format          version 3, page size 4,096",
         "last close      clean",
-        "column family \"metrics\": 2 tables, 8 entries",
+        "column family \"metrics\": 3 tables, 11 entries",
         "(test::Celsius,u8)",
         "Option<(u32,str)>",
     ] {
@@ -486,7 +500,7 @@ fn check_passes_on_a_good_database_without_a_progress_bar_when_piped() {
         .assert()
         .success()
         .stdout(predicate::str::contains(
-            "ok: 3 column families, 8 tables, 28 entries",
+            "ok: 3 column families, 9 tables, 31 entries",
         ))
         .stderr(predicate::str::is_empty());
     assert_eq!(files(f.dir.path()), before);
@@ -683,6 +697,18 @@ fn dump_renders_keys_and_values_by_type() {
     assert!(samples.contains("\"value\":\"NaN\""), "{samples}");
     assert!(samples.contains("\"value\":\"inf\""), "{samples}");
     assert!(samples.contains("\"value\":-0}"), "{samples}");
+    // Vectors and arrays of fixed-width elements are JSON arrays.
+    let vectors = stdout_of(
+        sheaf()
+            .args(["dump", "--cf", "metrics", "--table", "vectors"])
+            .arg(&f.path),
+    );
+    assert_eq!(
+        vectors,
+        "{\"key\":[],\"value\":[[],[\"a\",\"\\u0000\"]]}\n\
+         {\"key\":[1,2],\"value\":[[\"0001\",\"ff00\"],[\"é\",\",\"]]}\n\
+         {\"key\":[65535],\"value\":[[\"0707\"],[\"\\\"\",\"\\n\"]]}\n"
+    );
     // A user-defined type is shown as the hex of its bytes.
     let readings = stdout_of(
         sheaf()
@@ -746,7 +772,7 @@ fn a_whole_dump_names_cf_and_table_on_every_line() {
             .arg(&f.path),
     );
     assert!(one_cf.starts_with("cf,table,key,value\n"), "{one_cf}");
-    assert_eq!(one_cf.lines().count(), 1 + 8);
+    assert_eq!(one_cf.lines().count(), 1 + 11);
     // Such a dump does not load into one table.
     let out = tempfile::tempdir().unwrap();
     let dst = out.path().join("dst.sheaf");

@@ -269,6 +269,87 @@ fn untyped_writes_check_type_names_and_read_back_typed() -> Result<()> {
     Ok(())
 }
 
+/// Untyped writes into `Vec<T>` and `[T;N]` tables (`T` not `u8`) and
+/// into multimap tables were not checked at all: the dynamic layer did not
+/// know those types, so any bytes were stored and typed readers met them
+/// as `Corrupted` while `check_integrity` passed (an adversarial probe).
+/// Now both are decoded before anything is written.
+#[test]
+fn untyped_writes_into_vector_array_and_multimap_tables_are_checked() -> Result<()> {
+    const LISTS: TableDefinition<Vec<u16>, [char; 2]> = TableDefinition::new("lists");
+    const MM: sheafdb::MultimapTableDefinition<u32, &str> =
+        sheafdb::MultimapTableDefinition::new("mm");
+    let db = builder().create_with_vfs(Arc::new(SimVfs::new()), "lists.sheaf")?;
+    let refused = |r: Result<()>, what: &str| match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{what}: {m}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    let tx = db.begin_write()?;
+    tx.open_table(LISTS)?.insert(vec![1u16, 2], ['a', 'b'])?;
+    tx.open_multimap_table(MM)?.insert(1, "a")?;
+    {
+        let mut t = tx.open_untyped_table("lists", "Vec<u16>", "[char;2]")?;
+        let ab: Vec<u8> = ['x', 'y']
+            .iter()
+            .flat_map(|c| u32::from(*c).to_le_bytes())
+            .collect();
+        // Three bytes are not whole u16s; one byte is not two chars.
+        refused(
+            t.insert(&[0u8, 1, 2][..], &ab[..]).map(drop),
+            "key (3 bytes)",
+        );
+        refused(
+            t.insert(&[0u8, 3][..], &[0xffu8][..]).map(drop),
+            "value (1 bytes)",
+        );
+        // Eight bytes of the right width, but not chars.
+        refused(
+            t.insert(&[0u8, 3][..], &[0xffu8; 8][..]).map(drop),
+            "not an encoding of [char;2]",
+        );
+        t.insert(&[0u8, 3, 0, 4][..], &ab[..])?;
+        assert_eq!(t.len()?, 2);
+
+        let mut m = tx.open_untyped_table("mm", &MM.key_type_name(), &MM.value_type_name())?;
+        // No terminator after the key: not a pair.
+        refused(
+            m.insert(&[1u8, 2][..], &[][..]).map(drop),
+            "not a multimap pair",
+        );
+        // A pair whose key part (empty) is no u32.
+        refused(
+            m.insert(&[0u8, 0, b'z'][..], &[][..]).map(drop),
+            "multimap pair's key",
+        );
+        // A pair of a u32 and a str (the value's key encoding: raw UTF-8).
+        let two = 2u32.to_be_bytes();
+        let pair = sheafdb::table::dynamic::multimap_pair(&two, &[0xff]);
+        refused(
+            m.insert(&pair[..], &[][..]).map(drop),
+            "multimap pair's value",
+        );
+        let pair = sheafdb::table::dynamic::multimap_pair(&two, b"two");
+        m.insert(&pair[..], &[][..])?;
+    }
+    tx.commit()?;
+    let rx = db.begin_read()?;
+    let lists = rx.open_table(LISTS)?;
+    let all: Vec<(Vec<u16>, [char; 2])> = lists
+        .iter()?
+        .map(|e| e.map(|(k, v)| (k.value(), v.value())))
+        .collect::<Result<_>>()?;
+    assert_eq!(all, [(vec![1, 2], ['a', 'b']), (vec![3, 4], ['x', 'y'])]);
+    let mm = rx.open_multimap_table(MM)?;
+    let twos: Vec<String> = mm
+        .get(2)?
+        .map(|v| v.map(|v| v.value().to_string()))
+        .collect::<Result<_>>()?;
+    assert_eq!(twos, ["two"]);
+    assert_eq!(mm.len()?, 2);
+    assert!(db.check_integrity().is_ok());
+    Ok(())
+}
+
 /// A key or value that is not an encoding of the table's built-in type
 /// is refused at the write (`InvalidArgument`, nothing written), on every
 /// path that stores a value; before, the bytes were stored and a typed

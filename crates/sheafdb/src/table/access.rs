@@ -20,7 +20,7 @@ use crate::buffer::ends::EndHints;
 use crate::buffer::merge::{self, BufferWalk, TreeWalk, Window, WritesLayer};
 use crate::buffer::Held;
 use crate::error::{Error, Result};
-use crate::table::dynamic::DynType;
+use crate::table::dynamic::{self, DynType};
 use crate::table::types::{Key, Value};
 use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfVersion, WriteCore, WriteState};
@@ -516,6 +516,9 @@ impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
 pub(crate) struct UntypedCheck {
     key: Option<DynType>,
     value: Option<DynType>,
+    /// A multimap table's stored key is a pair: the key encodings of its
+    /// key and value types (`None` where a type is not built-in).
+    multimap: Option<(Option<DynType>, Option<DynType>)>,
 }
 
 impl UntypedCheck {
@@ -524,7 +527,16 @@ impl UntypedCheck {
     fn new(key_type: &str, value_type: &str) -> Option<Box<UntypedCheck>> {
         let known = |name: &str| DynType::parse(name).filter(|t| *t != DynType::Bytes);
         let (key, value) = (known(key_type), known(value_type));
-        (key.is_some() || value.is_some()).then(|| Box::new(UntypedCheck { key, value }))
+        let multimap = (dynamic::multimap_types(key_type))
+            .map(|(k, v)| (DynType::parse(k), DynType::parse(v)));
+        let checks = key.is_some() || value.is_some() || multimap.is_some();
+        checks.then(|| {
+            Box::new(UntypedCheck {
+                key,
+                value,
+                multimap,
+            })
+        })
     }
 
     fn pair(&self, table: &str, key: &[u8], value: Option<&[u8]>) -> Result<()> {
@@ -532,6 +544,9 @@ impl UntypedCheck {
             if ty.decode_key(key).is_err() {
                 return Err(refuse(table, "key", key.len(), ty));
             }
+        }
+        if let Some(types) = &self.multimap {
+            check_multimap_pair(table, key, types)?;
         }
         if let (Some(ty), Some(v)) = (&self.value, value) {
             if ty.decode_value(v).is_err() {
@@ -552,6 +567,35 @@ impl UntypedCheck {
             _ => Ok(()),
         }
     }
+}
+
+/// `InvalidArgument` unless `stored` is a multimap pair of key encodings
+/// of `types` (each checked where it is built-in).
+fn check_multimap_pair(
+    table: &str,
+    stored: &[u8],
+    types: &(Option<DynType>, Option<DynType>),
+) -> Result<()> {
+    let Ok((key, value)) = dynamic::split_multimap_pair(stored) else {
+        return Err(Error::InvalidArgument(format!(
+            "table {table:?}: the key ({} bytes) is not a multimap pair (the escaped key, \
+             00 00, then the value's key encoding); nothing was written",
+            stored.len()
+        )));
+    };
+    for (what, bytes, ty) in [("key", &key[..], &types.0), ("value", value, &types.1)] {
+        if let Some(ty) = ty.as_ref().filter(|t| **t != DynType::Bytes) {
+            if ty.decode_key(bytes).is_err() {
+                return Err(refuse(
+                    table,
+                    &format!("multimap pair's {what}"),
+                    bytes.len(),
+                    ty,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The refusal of an untyped write whose `what` (key or value) of `len`

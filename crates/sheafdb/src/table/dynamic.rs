@@ -61,6 +61,12 @@ pub enum DynType {
     Option(Box<DynType>),
     /// A tuple of one or more elements, `(a,)` or `(a,b,…)`.
     Tuple(Vec<DynType>),
+    /// `Vec<T>` of a fixed-width element type other than `u8` (an
+    /// [`ArrayElement`](super::types::ArrayElement); `Vec<u8>` is `bytes`).
+    List(Box<DynType>),
+    /// `[T;N]` of a fixed-width element type other than `u8` (`[u8;N]` is
+    /// [`DynType::ByteArray`]).
+    Array(Box<DynType>, usize),
 }
 
 /// A value of a [`DynType`]. Integers of every width share one variant
@@ -89,6 +95,9 @@ pub enum DynValue {
     Option(Option<Box<DynValue>>),
     /// A tuple's elements, in order.
     Tuple(Vec<DynValue>),
+    /// The elements of a `Vec<T>` or `[T;N]` (not of `u8`: those are
+    /// [`DynValue::Bytes`]), in order.
+    List(Vec<DynValue>),
 }
 
 /// Which encoding failed to decode; becomes the error's location (the
@@ -206,11 +215,22 @@ impl Parser<'_> {
             return self.tuple_rest();
         }
         if self.eat("[") {
-            if !(self.word() == "u8" && self.eat(";")) {
+            let element = self.ty()?;
+            if !self.eat(";") {
                 return None;
             }
             let n = self.number()?;
-            return self.eat("]").then_some(DynType::ByteArray(n));
+            if !self.eat("]") {
+                return None;
+            }
+            return match element {
+                DynType::Unsigned(1) => Some(DynType::ByteArray(n)),
+                // Arrays of zero-width elements are not decoded here: an
+                // `N` read from a file would set the work of a decode of
+                // no bytes at all.
+                e if e.fixed_width() == Some(0) && n > 0 => None,
+                e => e.is_array_element().then(|| DynType::Array(Box::new(e), n)),
+            };
         }
         let word = self.word();
         if let Some(&(_, width, signed)) = INTEGERS.iter().find(|(n, ..)| *n == word) {
@@ -232,6 +252,14 @@ impl Parser<'_> {
                 }
                 let inner = self.ty()?;
                 self.eat(">").then(|| DynType::Option(Box::new(inner)))
+            }
+            // `Vec<u8>` is named `bytes`: not an element type here.
+            "Vec" => {
+                if !self.eat("<") {
+                    return None;
+                }
+                let inner = self.ty()?;
+                (self.eat(">") && inner.is_array_element()).then(|| DynType::List(Box::new(inner)))
             }
             _ => None,
         }
@@ -284,7 +312,8 @@ impl DynType {
             DynType::Char | DynType::F32 => Some(4),
             DynType::F64 => Some(8),
             DynType::Unit => Some(0),
-            DynType::Str | DynType::Bytes | DynType::Option(_) => None,
+            DynType::Str | DynType::Bytes | DynType::Option(_) | DynType::List(_) => None,
+            DynType::Array(element, n) => element.fixed_width()?.checked_mul(*n),
             DynType::Tuple(elements) => elements
                 .iter()
                 .try_fold(0usize, |acc, e| acc.checked_add(e.fixed_width()?)),
@@ -295,10 +324,19 @@ impl DynType {
     pub fn is_key(&self) -> bool {
         match self {
             DynType::F32 | DynType::F64 => false,
-            DynType::Option(inner) => inner.is_key(),
+            DynType::Option(inner) | DynType::List(inner) | DynType::Array(inner, _) => {
+                inner.is_key()
+            }
             DynType::Tuple(elements) => elements.iter().all(DynType::is_key),
             _ => true,
         }
+    }
+
+    /// True if `Vec<T>` and `[T;N]` of this type are the element
+    /// encodings of `types` (an `ArrayElement`): fixed-width, and not
+    /// `u8`, whose vectors and arrays are raw bytes.
+    fn is_array_element(&self) -> bool {
+        *self != DynType::Unsigned(1) && self.fixed_width().is_some()
     }
 
     fn check_key(&self) -> Result<()> {
@@ -358,6 +396,8 @@ impl fmt::Display for DynType {
             DynType::F32 => f.write_str("f32"),
             DynType::F64 => f.write_str("f64"),
             DynType::Option(inner) => write!(f, "Option<{inner}>"),
+            DynType::List(element) => write!(f, "Vec<{element}>"),
+            DynType::Array(element, n) => write!(f, "[{element};{n}]"),
             DynType::Tuple(elements) => {
                 f.write_str("(")?;
                 for (i, e) in elements.iter().enumerate() {
@@ -568,6 +608,142 @@ fn unescape(bytes: &[u8]) -> Result<(Vec<u8>, usize)> {
 }
 
 // ---------------------------------------------------------------------------
+// Vectors and arrays of fixed-width elements, as `types` writes them
+// ---------------------------------------------------------------------------
+
+/// The byte that stands for each zero-width element of a `Vec`, and
+/// precedes each element in a `Vec` key part.
+const ELEMENT: u8 = 0x01;
+/// The end of a `Vec` key part.
+const END: u8 = 0x00;
+
+/// An encoder of one element (`encode_key` or `encode_value`).
+type EncodeFn = fn(&DynType, &DynValue, &mut Vec<u8>) -> Result<()>;
+/// A decoder of one whole element (`decode_key` or `decode_value`).
+type DecodeFn = fn(&DynType, &[u8]) -> Result<DynValue>;
+
+/// The elements of `value`, a `Vec` or (with `len`) an array of `ty`.
+fn items_of<'v>(ty: &DynType, value: &'v DynValue, len: Option<usize>) -> Result<&'v [DynValue]> {
+    match value {
+        DynValue::List(items) if len.is_none_or(|n| n == items.len()) => Ok(items),
+        _ => Err(mismatch(ty, value)),
+    }
+}
+
+/// Writes `items` with `encode`, each zero-width one as [`ELEMENT`] if
+/// `mark_empty` (a `Vec`; an array's length is in its type).
+fn encode_items(
+    element: &DynType,
+    items: &[DynValue],
+    mark_empty: bool,
+    out: &mut Vec<u8>,
+    encode: EncodeFn,
+) -> Result<()> {
+    let marked = mark_empty && element.fixed_width() == Some(0);
+    for item in items {
+        if marked {
+            out.push(ELEMENT);
+        }
+        encode(element, item, out)?;
+    }
+    Ok(())
+}
+
+/// The width every encoding of an array element has.
+fn element_width(element: &DynType, ctx: Ctx) -> Result<usize> {
+    (element.fixed_width()).ok_or_else(|| ctx.err(format!("{element} has no fixed width")))
+}
+
+/// A whole `Vec` of `element` (a value, or a key that runs to the end).
+fn decode_list(element: &DynType, bytes: &[u8], ctx: Ctx, decode: DecodeFn) -> Result<DynValue> {
+    let items = match element_width(element, ctx)? {
+        0 => (bytes.iter())
+            .map(|&b| match b {
+                ELEMENT => decode(element, &[]),
+                b => Err(ctx.err(format!(
+                    "zero-width element marker must be 01, found {b:#04x}"
+                ))),
+            })
+            .collect::<Result<_>>()?,
+        width if bytes.len().is_multiple_of(width) => (bytes.chunks_exact(width))
+            .map(|chunk| decode(element, chunk))
+            .collect::<Result<_>>()?,
+        width => {
+            return Err(ctx.err(format!(
+                "{} bytes are not whole elements of {width} bytes",
+                bytes.len()
+            )))
+        }
+    };
+    Ok(DynValue::List(items))
+}
+
+/// An array `[element;n]` from exactly `n` times the element's width.
+fn decode_array(
+    element: &DynType,
+    n: usize,
+    bytes: &[u8],
+    ctx: Ctx,
+    decode: DecodeFn,
+) -> Result<DynValue> {
+    let width = element_width(element, ctx)?;
+    if width.checked_mul(n) != Some(bytes.len()) {
+        return Err(ctx.err(format!(
+            "[{element};{n}] needs {n} elements of {width} bytes, found {} bytes",
+            bytes.len()
+        )));
+    }
+    let items = match width {
+        // Parsing admits no zero-width array of more than no elements.
+        0 => (0..n)
+            .map(|_| decode(element, &[]))
+            .collect::<Result<_>>()?,
+        _ => (bytes.chunks_exact(width))
+            .map(|chunk| decode(element, chunk))
+            .collect::<Result<_>>()?,
+    };
+    Ok(DynValue::List(items))
+}
+
+/// A `Vec` key part: each element after [`ELEMENT`], then [`END`].
+fn encode_list_part(element: &DynType, items: &[DynValue], out: &mut Vec<u8>) -> Result<()> {
+    for item in items {
+        out.push(ELEMENT);
+        encode_key(element, item, out)?;
+    }
+    out.push(END);
+    Ok(())
+}
+
+/// Reverses [`encode_list_part`]: the `Vec` and the bytes it used.
+fn decode_list_part(element: &DynType, bytes: &[u8]) -> Result<(DynValue, usize)> {
+    let width = element_width(element, Ctx::Key)?;
+    let mut items = Vec::new();
+    let mut rest = bytes;
+    loop {
+        match rest.split_first() {
+            Some((&END, _)) => return Ok((DynValue::List(items), bytes.len() - rest.len() + 1)),
+            Some((&ELEMENT, after)) => {
+                let Some((item, after)) = after.split_at_checked(width) else {
+                    return Err(Ctx::Key.err(format!(
+                        "Vec key part element needs {width} bytes, found {}",
+                        after.len()
+                    )));
+                };
+                items.push(decode_key(element, item)?);
+                rest = after;
+            }
+            Some((b, _)) => {
+                return Err(Ctx::Key.err(format!(
+                    "Vec key part marker must be 00 or 01, found {b:#04x}"
+                )))
+            }
+            None => return Err(Ctx::Key.err("unterminated Vec key part")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Key encodings
 // ---------------------------------------------------------------------------
 
@@ -591,6 +767,10 @@ fn encode_key(ty: &DynType, value: &DynValue, out: &mut Vec<u8>) -> Result<()> {
             }
             encode_key(last_t, last_v, out)
         }
+        (DynType::List(e), _) => encode_items(e, items_of(ty, value, None)?, true, out, encode_key),
+        (DynType::Array(e, n), _) => {
+            encode_items(e, items_of(ty, value, Some(*n))?, false, out, encode_key)
+        }
         _ => encode_fixed_key(ty, value, out),
     }
 }
@@ -612,6 +792,7 @@ fn encode_part(ty: &DynType, value: &DynValue, out: &mut Vec<u8>) -> Result<()> 
             }
             Ok(())
         }
+        (DynType::List(e), _) => encode_list_part(e, items_of(ty, value, None)?, out),
         _ => encode_key(ty, value, out),
     }
 }
@@ -661,6 +842,8 @@ fn decode_key(ty: &DynType, bytes: &[u8]) -> Result<DynValue> {
             values.push(decode_key(last, rest)?);
             Ok(DynValue::Tuple(values))
         }
+        DynType::List(e) => decode_list(e, bytes, ctx, decode_key),
+        DynType::Array(e, n) => decode_array(e, *n, bytes, ctx, decode_key),
         DynType::F32 | DynType::F64 => Err(ctx.err(format!("{ty} is not a key type"))),
     }
 }
@@ -703,6 +886,16 @@ fn decode_part(ty: &DynType, bytes: &[u8]) -> Result<(DynValue, usize)> {
             }
             Ok((DynValue::Tuple(values), used))
         }
+        DynType::List(e) => decode_list_part(e, bytes),
+        DynType::Array(e, n) => {
+            let len = element_width(e, ctx)?
+                .checked_mul(*n)
+                .ok_or_else(|| ctx.err(format!("{ty} is wider than memory")))?;
+            Ok((
+                decode_array(e, *n, leading(bytes, len, ty)?, ctx, decode_key)?,
+                len,
+            ))
+        }
         DynType::F32 | DynType::F64 => Err(ctx.err(format!("{ty} is not a key type"))),
     }
 }
@@ -737,6 +930,12 @@ fn encode_value(ty: &DynType, value: &DynValue, out: &mut Vec<u8>) -> Result<()>
                 encode_element(t, v, out)?;
             }
             encode_value(last_t, last_v, out)?;
+        }
+        (DynType::List(e), _) => {
+            encode_items(e, items_of(ty, value, None)?, true, out, encode_value)?;
+        }
+        (DynType::Array(e, n), _) => {
+            encode_items(e, items_of(ty, value, Some(*n))?, false, out, encode_value)?;
         }
         _ => return Err(mismatch(ty, value)),
     }
@@ -799,6 +998,8 @@ fn decode_value(ty: &DynType, bytes: &[u8]) -> Result<DynValue> {
             values.push(decode_value(last, rest)?);
             Ok(DynValue::Tuple(values))
         }
+        DynType::List(e) => decode_list(e, bytes, ctx, decode_value),
+        DynType::Array(e, n) => decode_array(e, *n, bytes, ctx, decode_value),
     }
 }
 

@@ -9,7 +9,9 @@ use proptest::test_runner::TestCaseError;
 
 use super::{decode_part, encode_part, DynType, DynValue};
 use crate::error::Error;
-use crate::table::types::{encode_key_to_vec, encode_value_to_vec, Key, KeyPart, Value};
+use crate::table::types::{
+    encode_key_to_vec, encode_value_to_vec, ArrayElement, Key, KeyPart, Value,
+};
 
 /// The dynamic value of a typed one (test-only mirror of the encodings'
 /// value model).
@@ -52,6 +54,16 @@ impl ToDyn for Vec<u8> {
 impl<const N: usize> ToDyn for [u8; N] {
     fn to_dyn(&self) -> DynValue {
         DynValue::Bytes(self.to_vec())
+    }
+}
+impl<T: ArrayElement + ToDyn> ToDyn for Vec<T> {
+    fn to_dyn(&self) -> DynValue {
+        DynValue::List(self.iter().map(ToDyn::to_dyn).collect())
+    }
+}
+impl<T: ArrayElement + ToDyn, const N: usize> ToDyn for [T; N] {
+    fn to_dyn(&self) -> DynValue {
+        DynValue::List(self.iter().map(ToDyn::to_dyn).collect())
     }
 }
 impl ToDyn for () {
@@ -99,7 +111,7 @@ fn same(a: &DynValue, b: &DynValue) -> bool {
         (DynValue::F32(x), DynValue::F32(y)) => x.to_bits() == y.to_bits(),
         (DynValue::F64(x), DynValue::F64(y)) => x.to_bits() == y.to_bits(),
         (DynValue::Option(Some(x)), DynValue::Option(Some(y))) => same(x, y),
-        (DynValue::Tuple(xs), DynValue::Tuple(ys)) => {
+        (DynValue::Tuple(xs), DynValue::Tuple(ys)) | (DynValue::List(xs), DynValue::List(ys)) => {
             xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same(x, y))
         }
         _ => a == b,
@@ -275,6 +287,20 @@ same_as_typed! { check_part:
     part_nested: ((u8, String), Option<Vec<u8>>) =
         ((any::<u8>(), string()), proptest::option::of(bytes()));
     part_option_tuple: Option<(String, i16)> = proptest::option::of((string(), any::<i16>()));
+    part_vec_u16: Vec<u16> = vec(any::<u16>(), 0..5);
+    part_vec_i8: Vec<i8> = vec(any::<i8>(), 0..5);
+    part_vec_char: Vec<char> = vec(any::<char>(), 0..4);
+    part_vec_unit: Vec<()> = vec(Just(()), 0..4);
+    part_vec_pair: Vec<(u8, bool)> = vec((any::<u8>(), any::<bool>()), 0..4);
+    part_vec_bytes4: Vec<[u8; 4]> = vec(any::<[u8; 4]>(), 0..4);
+    part_array_char: [char; 2] = any::<[char; 2]>();
+    part_array_i32: [i32; 3] = any::<[i32; 3]>();
+    part_array_nested: [[u16; 2]; 2] = any::<[[u16; 2]; 2]>();
+    part_array_empty: [u64; 0] = Just([]);
+    part_vec_arrays: Vec<[bool; 2]> = vec(any::<[bool; 2]>(), 0..4);
+    part_vec_in_tuple: (Vec<u16>, u8) = (vec(any::<u16>(), 0..4), any::<u8>());
+    part_vecs_in_tuple: (Vec<()>, [char; 1], Vec<i64>) =
+        (vec(Just(()), 0..3), any::<[char; 1]>(), vec(any::<i64>(), 0..3));
     part_eight: (bool, u8, i8, char, Option<u8>, (), String, Vec<u8>) =
         (any::<bool>(), any::<u8>(), any::<i8>(), any::<char>(), proptest::option::of(any::<u8>()),
          Just(()), string(), bytes());
@@ -291,6 +317,12 @@ same_as_typed! { check_value:
         (string(), proptest::option::of(string()), any::<u8>());
     value_fixed_inner: ((u16, bool), [u8; 3], Vec<u8>) =
         ((any::<u16>(), any::<bool>()), any::<[u8; 3]>(), bytes());
+    value_vec_f32: Vec<f32> = vec(any::<f32>(), 0..4);
+    value_array_f64: [f64; 2] = any::<[f64; 2]>();
+    value_vec_in_tuple: (Vec<u32>, String, [i16; 2]) =
+        (vec(any::<u32>(), 0..4), string(), any::<[i16; 2]>());
+    value_option_vec: Option<Vec<(u8, char)>> =
+        proptest::option::of(vec((any::<u8>(), any::<char>()), 0..3));
 }
 
 #[test]
@@ -314,6 +346,12 @@ fn type_names_parse_and_print_back() {
         <((), u8)>::type_name(),
         <(Option<(u8, bool)>, Vec<u8>)>::type_name(),
         <Option<Option<()>>>::type_name(),
+        <Vec<u32>>::type_name(),
+        <[char; 4]>::type_name(),
+        <Vec<[u8; 2]>>::type_name(),
+        <[[u16; 2]; 3]>::type_name(),
+        <(Vec<()>, [bool; 0])>::type_name(),
+        <Option<Vec<(u8, i64)>>>::type_name(),
     ];
     for name in names {
         let ty = DynType::parse(&name).unwrap_or_else(|| panic!("{name} does not parse"));
@@ -336,8 +374,14 @@ fn unknown_type_names_give_none() {
         "test::Celsius",
         "(test::Celsius,str)",
         "Option<test::Celsius>",
-        "Vec<u32>",
-        "[u32;4]",
+        "Vec<u8>",
+        "Vec<str>",
+        "Vec<Option<u8>>",
+        "[str;2]",
+        "[();3]",
+        "[[();1];1]",
+        "Vec<u32",
+        "[u32;4",
         "[u8;]",
         "[u8;04]",
         "(u64)",
