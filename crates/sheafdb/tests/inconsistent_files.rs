@@ -551,7 +551,59 @@ const CASES: &[Case] = &[
         checkpoint_lsn_near_u64_max,
     ),
     ("descriptor of CF u64::MAX", descriptor_of_cf_u64_max),
+    (
+        "the system extent holding the blob given to CF 77",
+        system_extent_to_cf_77,
+    ),
+    (
+        "the system extent holding the blob given to CF 2^62",
+        system_extent_to_cf_2_62,
+    ),
+    ("a CF's extent given to CF 77", cf_extent_to_cf_77),
 ];
+
+/// Offset in the file of the metadata blob's extent records (after the
+/// page header: the file length, `u64`, and the record count, `u32`;
+/// each record is start, pages, owner, `u64`s; `format::records`) and
+/// their count.
+fn extent_records(img: &Image) -> (u64, usize, usize) {
+    let meta = superblock(img).meta_page.expect("a metadata blob").0;
+    let payload = meta as usize * PS + 32;
+    (meta, payload + 12, img.u32_at(payload + 8) as usize)
+}
+
+/// Gives the first extent owned by `from` that `pick` accepts (its start
+/// and length) to `to`, and fixes the blob's checksum.
+fn give_extent(img: &mut Image, from: u64, to: u64, pick: impl Fn(u64, u64) -> bool) -> bool {
+    let (meta, records, n) = extent_records(img);
+    for i in 0..n {
+        let at = records + 24 * i;
+        let (start, pages) = (img.u64_at(at), img.u64_at(at + 8));
+        if img.u64_at(at + 16) == from && pick(start, pages) {
+            img.set_u64(at + 16, to);
+            img.reseal(meta);
+            return true;
+        }
+    }
+    false
+}
+
+/// The system's extent that holds the metadata blob itself goes to a
+/// CF that does not exist (an adversarial probe: the open succeeded, and
+/// the next checkpoint panicked twice, aborting the process).
+fn system_extent_to_cf_77(img: &mut Image) -> bool {
+    let meta = extent_records(img).0;
+    give_extent(img, 0, 77, |s, n| (s..s + n).contains(&meta))
+}
+
+fn system_extent_to_cf_2_62(img: &mut Image) -> bool {
+    let meta = extent_records(img).0;
+    give_extent(img, 0, 1 << 62, |s, n| (s..s + n).contains(&meta))
+}
+
+fn cf_extent_to_cf_77(img: &mut Image) -> bool {
+    give_extent(img, 1, 77, |_, _| true)
+}
 
 fn acceptable(e: &Error) -> bool {
     matches!(
@@ -736,6 +788,143 @@ fn checksum_valid_inconsistencies_give_errors_not_panics() {
                     .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default();
                 failures.push(format!("{}: panicked: {msg}", case.0));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Every byte of the metadata blob's payload set to 0, 1, 0x40 and 0xFF
+/// in turn, its checksum fixed: open, a commit and a checkpoint give
+/// data or errors, never a panic (an adversarial probe found an extent
+/// owner whose edit made the checkpoint panic twice and abort).
+#[test]
+fn every_byte_of_the_metadata_blob_edited_gives_errors_not_panics() {
+    let files = build();
+    let whole = Image {
+        bytes: files[NAME].clone(),
+    };
+    let meta = superblock(&whole).meta_page.expect("a metadata blob").0;
+    let len = whole.u32_at(meta as usize * PS + 28) as usize;
+    edit_blob_bytes(&files, 0..len);
+    // The larger database's blob: the lowest and highest byte of each
+    // extent's owner only (the probe's edit was one of them), to keep
+    // the run short.
+    let files = build_rich();
+    let (_, records, n) = extent_records(&Image {
+        bytes: files[NAME].clone(),
+    });
+    let payload = records - 12;
+    let owners = (0..n).flat_map(|i| {
+        let owner = records - payload + 24 * i + 16;
+        [owner, owner + 7]
+    });
+    edit_blob_bytes(&files, owners);
+}
+
+/// A database of several CFs with overflow values, multimap tables, a
+/// dropped CF, a compaction and a crash after one more commit: its
+/// system extents hold no free range (the probe's layout).
+fn build_rich() -> Files {
+    const MM: sheafdb::MultimapTableDefinition<&[u8], &[u8]> =
+        sheafdb::MultimapTableDefinition::new("mm");
+    let vfs = SimVfs::new();
+    let db = builder()
+        .background_checkpoints(false)
+        .create_with_vfs(Arc::new(vfs.clone()), NAME)
+        .unwrap();
+    let mut seed = 7u64;
+    let mut next = |below: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % below
+    };
+    let a = db.cf_or_create("a").unwrap();
+    let b = db.cf_or_create("b").unwrap();
+    let gone = db.cf_or_create("gone").unwrap();
+    for round in 0..6u8 {
+        for cf in [&db.default_cf().unwrap(), &a, &b, &gone] {
+            let tx = cf.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(def("t")).unwrap();
+                for i in 0..150 {
+                    let k = format!("k{:05}", next(2000));
+                    let len = if i % 37 == 0 {
+                        3000 + next(17000)
+                    } else {
+                        1 + next(199)
+                    };
+                    t.insert(k.as_bytes(), vec![round; len as usize].as_slice())
+                        .unwrap();
+                }
+                for _ in 0..30 {
+                    t.remove(format!("k{:05}", next(2000)).as_bytes()).unwrap();
+                }
+                let mut m = tx.open_multimap_table(MM).unwrap();
+                for i in 0..40 {
+                    let (k, v) = (format!("m{}", i % 7), format!("v{round}-{i}"));
+                    m.insert(k.as_bytes(), v.as_bytes()).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        if round == 2 {
+            db.checkpoint().unwrap();
+            let tx = db.begin_write_cfs(&[&a, &b]).unwrap();
+            for cf in [&a, &b] {
+                let mut t = tx.open_table(cf, def("x")).unwrap();
+                t.insert(b"x".as_slice(), b"1".as_slice()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+    }
+    drop(gone);
+    db.drop_cf("gone").unwrap();
+    db.checkpoint().unwrap();
+    db.compact().unwrap();
+    let tx = a.begin_write().unwrap();
+    let mut t = tx.open_table(def("t")).unwrap();
+    t.insert(b"after".as_slice(), b"c".as_slice()).unwrap();
+    drop(t);
+    tx.commit().unwrap();
+    drop((a, b));
+    let crashed = vfs.process_crash();
+    drop(db);
+    files_of(&crashed)
+}
+
+/// [`every_byte_of_the_metadata_blob_edited_gives_errors_not_panics`] on
+/// one database, for the bytes of its blob's payload at `offsets`.
+fn edit_blob_bytes(files: &Files, offsets: impl IntoIterator<Item = usize>) {
+    let img = Image {
+        bytes: files[NAME].clone(),
+    };
+    let meta = superblock(&img).meta_page.expect("a metadata blob").0;
+    let len = img.u32_at(meta as usize * PS + 28) as usize;
+    let mut failures = Vec::new();
+    for at in offsets {
+        assert!(at < len, "byte {at} of a blob of {len}");
+        for value in [0u8, 1, 0x40, 0xFF] {
+            let mut edited = Image {
+                bytes: img.bytes.clone(),
+            };
+            edited.bytes[meta as usize * PS + 32 + at] = value;
+            edited.reseal(meta);
+            let vfs = restore(files, &edited);
+            let r = no_panic(move || {
+                let Ok(db) = open(&vfs) else { return };
+                let _ = db.check_integrity();
+                let _ = db.begin_write().and_then(|tx| {
+                    tx.open_table(def("t"))?
+                        .insert(small_key(7).as_slice(), b"e".as_slice())?;
+                    tx.commit()
+                });
+                let _ = db.checkpoint();
+                let _ = db.close();
+            });
+            if let Err(m) = r {
+                failures.push(format!("blob byte {at} = {value:#04x}: {m}"));
             }
         }
     }

@@ -480,6 +480,19 @@ impl DbShared {
                 "checkpoint",
             ));
         }
+        // Nor may it use a page outside the system's extents: freed into
+        // the system's free space, it broke the allocator (a panic).
+        let mut owned = RangeSet::new();
+        for e in sys.alloc.lock().extents() {
+            owned.insert(e.start.0, e.pages);
+        }
+        if let Some(&(p, n)) = (released.iter()).find(|(p, n)| !owned.contains_all(p.0, *n as u64))
+        {
+            return Err(Error::corrupted_page(
+                p,
+                format!("a system run of {n} pages lies outside the system's extents"),
+            ));
+        }
         let meta = self.build_meta(sp, &sys.alloc.clone(), &released_set, persisted)?;
         let system_runs = sp.private_runs();
         let mut all: Vec<(PageId, PageRef)> = runs.to_vec();

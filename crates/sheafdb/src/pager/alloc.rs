@@ -153,6 +153,14 @@ impl ExtentMap {
         self.file_pages
     }
 
+    /// Every owner of an extent, each once (in no particular order).
+    pub fn owners(&self) -> Vec<CfId> {
+        let mut owners: Vec<CfId> = self.owned.values().map(|&(_, cf)| cf).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        owners
+    }
+
     /// Extents owned by `cf`.
     pub fn extents_of(&self, cf: CfId) -> Vec<PageRange> {
         self.owned
