@@ -2218,6 +2218,45 @@ fn write_transactions_that_walk_many_tombstones_get_the_buffer_folded() -> Resul
     Ok(())
 }
 
+/// A fold asked for by a transaction's walk gave up when another writer
+/// was queued for the lock (it took the lock as the walker dropped and
+/// held it past the fold's 50 ms wait), and as each buffer asked once,
+/// no later walk asked again: the hole stayed until the hour-long timer
+/// (a review finding). A fold that finds the writer busy now re-arms the
+/// buffer's sum, and the next walks across the hole ask again.
+#[test]
+fn a_fold_asked_for_by_walks_and_refused_by_a_busy_writer_is_asked_again() -> Result<()> {
+    let db = Arc::new(hole_in_the_middle()?);
+    let tx = db.begin_write()?;
+    assert_eq!(tx.open_table(T)?.range(24_998..125_002)?.count(), 4);
+    let (queued, wait) = std::sync::mpsc::channel();
+    let next = thread::spawn({
+        let db = db.clone();
+        move || -> Result<()> {
+            queued.send(()).unwrap();
+            let tx = db.begin_write()?; // waits for the walker's lock
+            thread::sleep(Duration::from_millis(300));
+            tx.abort()
+        }
+    });
+    wait.recv().unwrap();
+    thread::sleep(Duration::from_millis(100));
+    tx.abort()?;
+    next.join().unwrap()?;
+    // Later walks across the hole, by a writer and a reader.
+    let tx = db.begin_write()?;
+    assert_eq!(tx.open_table(T)?.range(24_998..125_002)?.count(), 4);
+    tx.abort()?;
+    let rx = db.begin_read()?;
+    assert_eq!(rx.open_table(T)?.range(24_998..125_002)?.count(), 4);
+    drop(rx);
+    assert!(
+        folded_within_30_s(&db)?,
+        "a walk's fold request lost to a busy writer was never made again"
+    );
+    Ok(())
+}
+
 /// A transaction's own pending removals are not the buffer's: walking
 /// them asks for no fold (a fold would not remove them).
 #[test]

@@ -392,6 +392,13 @@ impl MemBuffer {
         before < WALKED_FOLD_AFTER && before.saturating_add(n) >= WALKED_FOLD_AFTER
     }
 
+    /// Starts the sum of walked tombstones again: a fold asked for gave
+    /// up (the CF's writer stayed busy, `Fold::Busy`), and nothing else
+    /// would ask again, so the next walks past [`WALKED_FOLD_AFTER`] do.
+    pub fn rearm_walked(&self) {
+        self.walked.store(0, Ordering::Relaxed);
+    }
+
     /// An empty, writable buffer that asks for its fold through `nudge`.
     pub fn nudging(nudge: FoldNudge) -> MemBuffer {
         MemBuffer {

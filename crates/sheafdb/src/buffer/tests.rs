@@ -792,10 +792,25 @@ fn walked_tombstones_ask_for_a_fold_once() {
     assert!(b.note_walked(1), "the crossing asks");
     assert!(!b.note_walked(WALKED_FOLD_AFTER), "asked twice");
     assert_eq!(asked.load(Ordering::Relaxed), 1, "the nudge is called once");
+    // A fold that gave up re-arms it: the walks ask again past the mark.
+    b.rearm_walked();
+    assert!(!b.count_walked(WALKED_FOLD_AFTER - 1));
+    assert!(b.note_walked(1), "a re-armed buffer asks again");
+    assert_eq!(asked.load(Ordering::Relaxed), 2);
+    b.rearm_walked();
+    assert!(
+        b.count_walked(WALKED_FOLD_AFTER),
+        "counting alone reports the crossing"
+    );
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        2,
+        "counting alone does not nudge"
+    );
     // A fold's next buffer asks through the same nudge, afresh.
     let next = MemBuffer::after(&b);
     assert!(next.note_walked(WALKED_FOLD_AFTER));
-    assert_eq!(asked.load(Ordering::Relaxed), 2);
+    assert_eq!(asked.load(Ordering::Relaxed), 3);
     let c = MemBuffer::new();
     assert!(c.note_walked(WALKED_FOLD_AFTER * 3), "one big walk asks");
     assert!(!c.note_walked(1));

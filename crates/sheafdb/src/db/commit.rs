@@ -417,6 +417,10 @@ impl DbShared {
                 // limit): give up, a later checkpoint folds.
                 Err(Error::WriterBusy(_) | Error::WouldDeadlock(_)) => {
                     st.pages.rollback();
+                    // A request the buffer's tombstone walks made is not
+                    // made again by them: they ask again once they pass
+                    // the mark anew (design.md "Tombstone walks").
+                    folded.buffer.rearm_walked();
                     return Ok(Fold::Busy);
                 }
                 Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
