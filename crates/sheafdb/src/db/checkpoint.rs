@@ -482,12 +482,7 @@ impl DbShared {
         }
         // Nor may it use a page outside the system's extents: freed into
         // the system's free space, it broke the allocator (a panic).
-        let mut owned = RangeSet::new();
-        for e in sys.alloc.lock().extents() {
-            owned.insert(e.start.0, e.pages);
-        }
-        if let Some(&(p, n)) = (released.iter()).find(|(p, n)| !owned.contains_all(p.0, *n as u64))
-        {
+        if let Some((p, n)) = sys.alloc.lock().first_unowned(&released) {
             return Err(Error::corrupted_page(
                 p,
                 format!("a system run of {n} pages lies outside the system's extents"),

@@ -23,13 +23,12 @@ use crate::format::superblock::{
     fresh_db_id, valid_page_size, Slot, Superblock, WalMark, SLOT_LEN,
 };
 use crate::pager::alloc::{CfAllocator, ExtentMap, ExtentPolicy, ReclaimBatch};
-use crate::pager::ranges::RangeSet;
 use crate::pager::space::PageSpace;
 use crate::pager::Pager;
 use crate::storage::{OpenMode, Storage, Vfs};
 use crate::txn::pages::ReadPages;
 use crate::txn::{CfShared, CfVersion};
-use crate::types::{CfId, Lsn, PageId, TableId, Version};
+use crate::types::{CfId, Lsn, TableId, Version};
 use crate::wal::{self, WalOptions, FIRST_LSN};
 
 /// Name of the default column family.
@@ -547,13 +546,26 @@ fn open_existing(
         });
     }
     let extents = ExtentMap::from_records(meta.file_pages, &meta.extents)?;
-    check_system_run(&extents, meta_page, sb.meta_npages, "the metadata blob")?;
     let sys_alloc = CfAllocator::new(
         CfId::SYSTEM,
         SYS_EXTENT_POLICY,
         extents.extents_of(CfId::SYSTEM),
         &meta.sys_free,
     )?;
+    // A checkpoint frees the blob's run into the system's free space when
+    // it writes the next one: outside the system's extents, that broke
+    // the allocator's invariant (a panic in debug builds, free space in no
+    // extent in release builds; an adversarial probe edited one owner in
+    // the blob and fixed its checksum).
+    if sys_alloc
+        .first_unowned(&[(meta_page, sb.meta_npages)])
+        .is_some()
+    {
+        return Err(Error::corrupted_page(
+            meta_page,
+            "the metadata blob lies outside the system's extents",
+        ));
+    }
     let slot = current_slot(&*storage, ps, &sb)?;
     let sys = SysState {
         generation: sb.generation,
@@ -584,26 +596,6 @@ fn open_existing(
     Ok(shared)
 }
 
-/// `Corrupted` unless the run `id`+`npages` (`what`, a page of the system
-/// itself) lies in the system's extents: a checkpoint frees it into the
-/// system's free space when it writes the next one, and a run outside
-/// its extents there broke the allocator's invariant (a panic in debug
-/// builds, free space outside any extent in release builds; an
-/// adversarial probe edited one owner in the blob and fixed its checksum).
-fn check_system_run(extents: &ExtentMap, id: PageId, npages: u32, what: &str) -> Result<()> {
-    let mut owned = RangeSet::new();
-    for e in extents.extents_of(CfId::SYSTEM) {
-        owned.insert(e.start.0, e.pages);
-    }
-    if owned.contains_all(id.0, u64::from(npages)) {
-        return Ok(());
-    }
-    Err(Error::corrupted_page(
-        id,
-        format!("{what} ({npages} pages) lies outside the system's extents"),
-    ))
-}
-
 /// `Corrupted` if the extent map gives an extent to a column family the
 /// system tree does not name: a checkpoint writes an extent as owned only
 /// with its owner's descriptor (`to_records_as_persisted`), so such an
@@ -611,7 +603,10 @@ fn check_system_run(extents: &ExtentMap, id: PageId, npages: u32, what: &str) ->
 fn check_extent_owners(shared: &DbShared) -> Result<()> {
     let cfs = shared.registry.cfs.read();
     let extents = shared.space.extents.lock();
-    match (extents.owners().into_iter()).find(|cf| *cf != CfId::SYSTEM && !cfs.contains_key(cf)) {
+    let stranger = extents
+        .owners()
+        .find(|cf| *cf != CfId::SYSTEM && !cfs.contains_key(cf));
+    match stranger {
         None => Ok(()),
         Some(cf) => Err(Error::corrupted(
             format!(

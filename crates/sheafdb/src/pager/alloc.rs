@@ -153,12 +153,9 @@ impl ExtentMap {
         self.file_pages
     }
 
-    /// Every owner of an extent, each once (in no particular order).
-    pub fn owners(&self) -> Vec<CfId> {
-        let mut owners: Vec<CfId> = self.owned.values().map(|&(_, cf)| cf).collect();
-        owners.sort_unstable();
-        owners.dedup();
-        owners
+    /// The owner of every owned extent, in extent order.
+    pub fn owners(&self) -> impl Iterator<Item = CfId> + '_ {
+        self.owned.values().map(|&(_, cf)| cf)
     }
 
     /// Extents owned by `cf`.
@@ -1330,15 +1327,21 @@ impl CfAllocator {
         self.assert_invariants();
     }
 
-    /// True if the run at `id` lies inside this CF's extents (a run may
-    /// span two adjacent extents).
-    #[cfg(test)]
-    pub fn owns(&self, id: PageId, npages: u32) -> bool {
+    /// The first of `runs` that does not lie inside this CF's extents (a
+    /// run may span two adjacent extents): for runs the file names, which
+    /// the allocator would otherwise take in and trip over.
+    pub fn first_unowned(&self, runs: &[(PageId, u32)]) -> Option<(PageId, u32)> {
         let mut owned = RangeSet::new();
         for e in &self.extents {
             owned.insert(e.start.0, e.pages);
         }
-        owned.contains_all(id.0, npages as u64)
+        (runs.iter().copied()).find(|&(id, n)| !owned.contains_all(id.0, u64::from(n)))
+    }
+
+    /// True if the run at `id` lies inside this CF's extents.
+    #[cfg(test)]
+    pub fn owns(&self, id: PageId, npages: u32) -> bool {
+        self.first_unowned(&[(id, npages)]).is_none()
     }
 }
 
