@@ -7,5 +7,5 @@
 //! Owns nothing; only re-exports.
 
 pub use crate::format::superblock::{Superblock, WalMark, SLOT_LEN};
-pub use crate::types::{CfId, Lsn};
+pub use crate::types::{CfId, Lsn, PageId};
 pub use crate::wal::{open as open_wal, ReplaySummary, Wal, WalOptions};

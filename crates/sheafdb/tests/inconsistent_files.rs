@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{builder, def, files_of, Files};
 use sheafdb::storage::sim::SimVfs;
-use sheafdb::testing::{Superblock, SLOT_LEN};
+use sheafdb::testing::{PageId, Superblock, SLOT_LEN};
 use sheafdb::{Database, Error};
 
 const NAME: &str = "i.sheaf";
@@ -560,6 +560,10 @@ const CASES: &[Case] = &[
         system_extent_to_cf_2_62,
     ),
     ("a CF's extent given to CF 77", cf_extent_to_cf_77),
+    (
+        "the system tree's root moved into a CF's extent",
+        system_root_in_a_cf_extent,
+    ),
 ];
 
 /// Offset in the file of the metadata blob's extent records (after the
@@ -603,6 +607,41 @@ fn system_extent_to_cf_2_62(img: &mut Image) -> bool {
 
 fn cf_extent_to_cf_77(img: &mut Image) -> bool {
     give_extent(img, 1, 77, |_, _| true)
+}
+
+/// The system tree's root copied, its own id fixed, into a never-written
+/// page of CF 1's extents (the file lengthened to hold it where the
+/// extent's unwritten tail lies past its end), and both superblocks name
+/// the copy: every page is valid, but the CF's allocator takes that page
+/// for free, and a checkpoint that rewrites the system tree frees it into
+/// the system's free space outside the system's extents.
+fn system_root_in_a_cf_extent(img: &mut Image) -> bool {
+    let Some(root) = superblock(img).sys_root.map(|p| p.0) else {
+        return false;
+    };
+    let (_, records, n) = extent_records(img);
+    let unwritten = |img: &Image, p: u64| {
+        let at = p as usize * PS;
+        img.bytes
+            .get(at..at + PS)
+            .is_none_or(|b| b.iter().all(|&b| b == 0))
+    };
+    let target = (0..n)
+        .map(|i| records + 24 * i)
+        .filter(|&at| img.u64_at(at + 16) == 1)
+        .flat_map(|at| img.u64_at(at)..img.u64_at(at) + img.u64_at(at + 8))
+        .find(|&p| unwritten(img, p));
+    let Some(to) = target else {
+        return false;
+    };
+    let (from, at) = (root as usize * PS, to as usize * PS);
+    if img.bytes.len() < at + PS {
+        img.bytes.resize(at + PS, 0);
+    }
+    img.bytes.copy_within(from..from + PS, at);
+    img.set_u64(at + 8, to);
+    img.reseal(to);
+    edit_superblocks(img, |sb| sb.sys_root = Some(PageId(to)))
 }
 
 fn acceptable(e: &Error) -> bool {
@@ -798,6 +837,29 @@ fn checksum_valid_inconsistencies_give_errors_not_panics() {
 /// in turn, its checksum fixed: open, a commit and a checkpoint give
 /// data or errors, never a panic (an adversarial probe found an extent
 /// owner whose edit made the checkpoint panic twice and abort).
+/// Open refuses a system tree page outside the system's extents: before,
+/// the file opened, a column family's allocator could hand the page out
+/// as free, and only the first checkpoint that rewrote the system tree
+/// found it (its check of the runs it releases).
+#[test]
+fn a_system_tree_page_in_a_cf_extent_is_refused_at_open() {
+    let files = build();
+    let mut img = Image {
+        bytes: files[NAME].clone(),
+    };
+    assert!(
+        system_root_in_a_cf_extent(&mut img),
+        "no page to move the root to"
+    );
+    match open(&restore(&files, &img)) {
+        Err(Error::Corrupted { what, .. }) => {
+            assert!(what.contains("outside the system's extents"), "{what}")
+        }
+        Err(e) => panic!("open gave another error: {e:?}"),
+        Ok(_) => panic!("open accepted a system tree page in a CF's extent"),
+    }
+}
+
 #[test]
 fn every_byte_of_the_metadata_blob_edited_gives_errors_not_panics() {
     let files = build();

@@ -585,6 +585,7 @@ fn open_existing(
         wal_kept: false,
     };
     let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
+    check_system_tree(&shared)?;
     load_cfs(&shared)?;
     if !shared.registry.cfs.read().contains_key(&CfId::DEFAULT) {
         return Err(Error::corrupted(
@@ -594,6 +595,30 @@ fn open_existing(
     }
     check_extent_owners(&shared)?;
     Ok(shared)
+}
+
+/// `Corrupted` unless the system tree is whole and every page and run of
+/// it lies in the system's extents. A checkpoint that rewrites the tree
+/// frees its old pages into the system's free space: one outside the
+/// system's extents broke the allocator's invariant, like the blob's run
+/// above, and until then a column family's allocator could hand it out as
+/// free. The walk reads each system page once (a few pages, thousands of
+/// column families taking tens), and also checks the tree's order and its
+/// count before any descriptor is used.
+fn check_system_tree(shared: &Arc<DbShared>) -> Result<()> {
+    let root = shared.ckpt.sys.lock().root;
+    let pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
+    let mut runs = Vec::new();
+    btree::walk(&pages, &root, &mut |id, npages, _| runs.push((id, npages)))?;
+    let sys = shared.ckpt.sys.lock();
+    let outside = sys.alloc.lock().first_unowned(&runs);
+    match outside {
+        None => Ok(()),
+        Some((id, _)) => Err(Error::corrupted_page(
+            id,
+            "a page of the system tree lies outside the system's extents",
+        )),
+    }
 }
 
 /// `Corrupted` if the extent map gives an extent to a column family the
