@@ -233,6 +233,60 @@ fn calls_from_inside_the_integrity_callback_do_not_hang() {
     }
 }
 
+/// In a transaction over several CFs, a forgotten table handle fails the
+/// commit like in a one-CF transaction, and so does a forgotten reserved
+/// value; nothing is committed and both writers are free again. The
+/// multi-CF commit skipped the open-handle check before (an adversarial
+/// probe's note): it committed with the handle still registered.
+#[test]
+fn a_multi_cf_commit_refuses_forgotten_handles_like_a_one_cf_commit() -> sheafdb::Result<()> {
+    let db = mem_db();
+    let (a, b) = (db.cf_or_create("a")?, db.cf_or_create("b")?);
+    let tx = db.begin_write_cfs(&[&a, &b])?;
+    tx.open_table(&a, T)?.insert(1, b"x".as_slice())?;
+    let mut t = tx.open_table(&b, T)?;
+    t.insert(2, b"y".as_slice())?;
+    std::mem::forget(t);
+    let e = tx.commit().expect_err("a commit with a table still open");
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("still open") && m.contains("\"t\"")),
+        "{e:?}"
+    );
+    for cf in [&a, &b] {
+        assert!(cf.begin_read()?.open_table(T).is_err(), "a write survived");
+        drop(cf.begin_write()?);
+    }
+
+    let tx = db.begin_write_cfs(&[&a, &b])?;
+    tx.open_table(&a, T)?.insert(1, b"x".as_slice())?;
+    {
+        let mut t = tx.open_table(&b, T)?;
+        let mut r = t.insert_reserve(2, 4)?;
+        r.copy_from_slice(b"abcd");
+        std::mem::forget(r);
+    }
+    let e = tx
+        .commit()
+        .expect_err("a commit without the reserved value");
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("reserved")),
+        "{e:?}"
+    );
+    for cf in [&a, &b] {
+        assert!(cf.begin_read()?.open_table(T).is_err(), "a write survived");
+    }
+    // A well-behaved transaction over both commits afterwards.
+    let tx = db.begin_write_cfs(&[&a, &b])?;
+    tx.open_table(&a, T)?.insert(1, b"x".as_slice())?;
+    tx.open_table(&b, T)?.insert(2, b"y".as_slice())?;
+    tx.commit()?;
+    assert_eq!(
+        b.begin_read()?.open_table(T)?.get(2)?.expect("2").value(),
+        b"y"
+    );
+    Ok(())
+}
+
 /// A reserved value forgotten (`mem::forget`) before it was stored makes
 /// the commit fail; one stored commits. Before, the value was missing and
 /// the commit reported success.

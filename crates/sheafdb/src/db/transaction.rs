@@ -849,7 +849,10 @@ impl MultiWriteTransaction {
         for t in &self.txns {
             guards.push(t.core.state()?);
         }
-        let usable: Result<()> = guards.iter().try_for_each(|g| g.check_not_failed());
+        // As in a one-CF commit: every table handle must be dropped (one
+        // forgotten with `mem::forget` is refused, naming the table).
+        let usable: Result<()> = (guards.iter().zip(&self.txns))
+            .try_for_each(|(g, t)| g.check_not_failed().and_then(|()| t.core.check_none_open()));
         if let Err(e) = usable {
             for g in guards.iter_mut() {
                 g.pages.rollback();
