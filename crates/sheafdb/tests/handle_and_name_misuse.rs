@@ -4,7 +4,10 @@
 //! backup named like a WAL file was deleted by its neighbour's close;
 //! `check_integrity` deadlocked with a thread holding two writers; calls
 //! from inside its progress callback hung; a forgotten reserved value
-//! vanished from a commit that reported success.
+//! vanished from a commit that reported success. Then the session-33
+//! liveness probe's: a moved multi-CF transaction, `file_info`, a direct
+//! commit and a close inside the integrity callback, `try_begin_write`
+//! stalling before it said `WriterBusy`.
 
 mod common;
 
@@ -345,5 +348,205 @@ fn a_forgotten_table_handle_fails_the_commit_naming_the_table() -> sheafdb::Resu
     // Nothing was committed, and the writer is free again.
     assert!(db.begin_read()?.open_table(T).is_err());
     drop(db.begin_write()?);
+    Ok(())
+}
+
+// Findings of the session-33 liveness probe (concurrency and misuse), each
+// failing before its fix.
+
+const U: TableDefinition<u64, u64> = TableDefinition::new("u");
+
+/// A multi-CF transaction moved to another thread and used there through
+/// one CF's part (`open_table`) makes that thread the owner of every part:
+/// its `begin_write` on another of the CFs is `WouldDeadlock`. Before, only
+/// the part used was claimed and the `begin_write` waited on its own
+/// transaction forever.
+#[test]
+fn a_moved_multi_cf_transaction_claims_every_cf_for_its_new_thread() -> sheafdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = Database::create(dir.path().join("d.sheaf"))?;
+    let (a, b) = (db.cf_or_create("a")?, db.cf_or_create("b")?);
+    let a2 = a.clone();
+    let tx = db.begin_write_cfs(&[&a, &b])?;
+    let (r, tx) = watchdog(
+        "begin_write beside a moved multi-CF transaction",
+        move || {
+            tx.open_table(&a, U).and_then(|mut t| t.insert(1, 1))?;
+            Ok::<_, Error>((b.begin_write().map(drop), tx))
+        },
+    )?;
+    assert!(matches!(r, Err(Error::WouldDeadlock(_))), "{r:?}");
+    let mut tx = tx;
+    let (r, tx) = watchdog("set_durability then begin_write", move || {
+        tx.set_durability(sheafdb::Durability::None);
+        (a2.begin_write().map(drop), tx)
+    });
+    assert!(matches!(r, Err(Error::WouldDeadlock(_))), "{r:?}");
+    tx.commit()?;
+    assert_eq!(
+        db.cf("a")?
+            .begin_read()?
+            .open_table(U)?
+            .get(1)?
+            .map(|g| g.value()),
+        Some(1)
+    );
+    Ok(())
+}
+
+/// `file_info` from inside an integrity check's progress callback is
+/// refused (`WouldDeadlock`): the check holds the superblock state's lock
+/// there. Before, it panicked on the lock order in debug builds and hung
+/// in release builds.
+#[test]
+fn file_info_inside_the_integrity_callback_is_refused_not_a_hang() -> sheafdb::Result<()> {
+    let db = mem_db();
+    fill(&db, 10, 8)?;
+    let inner = db.clone();
+    let (report, info) = watchdog("file_info inside the callback", move || {
+        let mut info = None;
+        let report = inner.check_integrity_with(&mut |_, _| {
+            if info.is_none() {
+                info = Some(inner.file_info().map(drop));
+            }
+        });
+        (report.map(drop), info)
+    });
+    report?;
+    assert!(
+        matches!(info, Some(Err(Error::WouldDeadlock(_)))),
+        "{info:?}"
+    );
+    db.file_info()?;
+    Ok(())
+}
+
+/// A commit too large for the WAL (a direct commit, which checkpoints)
+/// from inside a CF's integrity callback is refused before anything is
+/// installed, and the database stays usable. Before, it was refused after
+/// its version was installed, which poisoned the database.
+#[test]
+fn a_direct_commit_refused_inside_the_callback_does_not_poison() -> sheafdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = Database::builder()
+        .wal_record_max_bytes(64 << 10)
+        .create(dir.path().join("d.sheaf"))?;
+    let (a, b) = (db.cf_or_create("a")?, db.cf_or_create("b")?);
+    let big = |cf: &sheafdb::ColumnFamily| -> sheafdb::Result<()> {
+        let tx = cf.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            for k in 0..200u64 {
+                t.insert(k, value(k, 1000).as_slice())?;
+            }
+        }
+        tx.commit()
+    };
+    let mut inner = None;
+    a.check_integrity_with(&mut |_, _| {
+        if inner.is_none() {
+            inner = Some(big(&b));
+        }
+    })?;
+    assert!(
+        matches!(inner, Some(Err(Error::WouldDeadlock(_)))),
+        "{inner:?}"
+    );
+    assert!(
+        b.begin_read()?.open_table(T).is_err(),
+        "the refused commit left data"
+    );
+    big(&b)?;
+    let tx = a.begin_write()?;
+    tx.open_table(U)?.insert(2, 2)?;
+    tx.commit()?;
+    assert_eq!(b.begin_read()?.open_table(T)?.len()?, 200);
+    Ok(())
+}
+
+/// `close()` from inside a CF's integrity callback cannot checkpoint
+/// (`WouldDeadlock`), but it makes every acknowledged commit durable in
+/// the WAL first: a `None` commit survives the reopen. Before, the refused
+/// checkpoint returned past the WAL sync and the commit was lost, with
+/// `sync()` and `checkpoint()` then refused as closed. Dropping the
+/// database there does the same.
+#[test]
+fn closing_inside_the_callback_keeps_acknowledged_commits() -> sheafdb::Result<()> {
+    for close in [true, false] {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("d.sheaf");
+        let db = Database::builder()
+            .durability(sheafdb::Durability::None)
+            .create(&path)?;
+        let a = db.cf_or_create("a")?;
+        let tx = a.begin_write()?;
+        tx.open_table(U)?.insert(1, 1)?;
+        tx.commit()?;
+        let mut slot = Some(db);
+        let mut closed = None;
+        a.check_integrity_with(&mut |_, _| {
+            if let Some(db) = slot.take() {
+                match close {
+                    true => closed = Some(db.close()),
+                    false => drop(db),
+                }
+            }
+        })?;
+        if close {
+            assert!(
+                matches!(closed, Some(Err(Error::WouldDeadlock(_)))),
+                "{closed:?}"
+            );
+        }
+        drop(a);
+        let db = watchdog("reopen", move || Database::open(&path))?;
+        let got = db.cf("a")?.begin_read()?.open_table(U)?.get(1)?;
+        assert_eq!(
+            got.map(|g| g.value()),
+            Some(1),
+            "close={close}: commit lost"
+        );
+    }
+    Ok(())
+}
+
+/// `try_begin_write` on a CF whose writer is busy returns `WriterBusy`
+/// without the stall a `begin_write` makes at the buffers' stall mark
+/// (which folds other CFs' buffers first). Before, it folded a 24 MiB
+/// buffer of another CF and only then said `WriterBusy`.
+#[test]
+fn try_begin_write_on_a_busy_writer_does_not_stall_first() -> sheafdb::Result<()> {
+    let db = Database::builder()
+        .buffer_memory(8 << 20, 32 << 20)
+        .buffer_fold_bytes(1 << 40)
+        .background_checkpoints(false)
+        .durability(sheafdb::Durability::None)
+        .create_with_vfs(Arc::new(MemVfs::new()), "s")?;
+    let (a, b) = (db.cf_or_create("a")?, db.cf_or_create("b")?);
+    let holder = a.begin_write()?;
+    let mut k = 0u64;
+    while db.memory_stats().buffered_bytes < 24 << 20 {
+        let tx = b.begin_write()?;
+        {
+            let mut t = tx.open_table(T)?;
+            for _ in 0..200 {
+                k = k
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                t.insert(k % 2_000_000, [7u8; 64].as_slice())?;
+            }
+        }
+        tx.commit()?;
+    }
+    let before = db.memory_stats();
+    let a2 = a.clone();
+    let r = watchdog("try_begin_write", move || a2.try_begin_write().map(drop));
+    assert!(matches!(r, Err(Error::WriterBusy(_))), "{r:?}");
+    let after = db.memory_stats();
+    assert_eq!(after.buffer_stalls, before.buffer_stalls, "it stalled");
+    assert_eq!(after.buffered_bytes, before.buffered_bytes, "it folded");
+    drop(holder);
+    // With the writer free, it begins (stalling like begin_write).
+    drop(a.try_begin_write()?);
     Ok(())
 }

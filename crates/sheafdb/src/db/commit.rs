@@ -336,6 +336,10 @@ impl DbShared {
         mut lock: WriterGuard,
         version: Version,
     ) -> Result<Lsn> {
+        // A direct commit checkpoints, which needs locks an integrity
+        // check holds across its progress callback: refused there before
+        // anything is installed (after the install, a failure poisons).
+        super::integrity::refuse_inside_callback("a commit too large for the WAL")?;
         // Earlier versions of this CF go first: make them durable and wait
         // until they are published.
         self.wal().sync().inspect_err(|e| self.poison(e))?;
@@ -663,6 +667,10 @@ impl DbShared {
         let logged = merged
             .as_ref()
             .is_some_and(|p| p.len() as u64 <= self.wal().options().max_record_bytes);
+        if !logged {
+            // As in `commit_direct`: refused before anything is installed.
+            super::integrity::refuse_inside_callback("a commit too large for the WAL")?;
+        }
         // Buffered in every CF, or the trees are written in every CF.
         let total: u64 = states
             .iter()

@@ -59,6 +59,9 @@ pub struct FileInfo {
 
 impl DbShared {
     fn file_info(&self) -> Result<FileInfo> {
+        // The superblock state is behind a lock an integrity check holds
+        // across its progress callback: refused there, not waited for.
+        super::integrity::refuse_inside_callback("file_info")?;
         let (generation, replay_lsn, wal_mark) = {
             let sys = self.ckpt.sys.lock();
             (sys.generation, sys.replay_lsn, sys.wal_mark)

@@ -310,8 +310,7 @@ impl DbShared {
     }
 
     fn stop_threads(&self) {
-        self.ckpt.shutdown();
-        self.filter_budget.shutdown();
+        self.signal_threads_to_stop();
         let mut t = self.threads.lock();
         if let Some(h) = t.key_filter.take() {
             let _ = h.join();
@@ -320,6 +319,14 @@ impl DbShared {
         if let Some(h) = t.checkpointer.take() {
             let _ = h.join();
         }
+    }
+
+    /// Tells the background threads to stop, without waiting for them
+    /// (each holds its own reference to the database and exits at its
+    /// next look at the flag).
+    fn signal_threads_to_stop(&self) {
+        self.ckpt.shutdown();
+        self.filter_budget.shutdown();
     }
 }
 
@@ -947,11 +954,30 @@ impl Database {
     }
 
     fn shutdown(&self) -> Result<()> {
-        self.shared.stop_threads();
+        // Inside an integrity check's progress callback this thread holds
+        // locks the background threads and a checkpoint may wait for:
+        // joining them or checkpointing would wait on itself.
+        let refused = integrity::refuse_inside_callback("closing the database");
+        match refused {
+            Ok(()) => self.shared.stop_threads(),
+            Err(_) => self.shared.signal_threads_to_stop(),
+        }
         if !self.shared.health.mark_closed() || self.shared.health.is_read_only() {
             return Ok(());
         }
         self.shared.health.check_writable()?;
+        if let Err(e) = refused {
+            // Every acknowledged commit is made durable in the WAL (the
+            // next open replays it), so the close loses nothing; the
+            // checkpoint is what it cannot do here. Before, the refused
+            // checkpoint returned early past this sync: a `None` commit
+            // acknowledged before was lost.
+            self.shared
+                .wal()
+                .sync()
+                .inspect_err(|e| self.shared.poison(e))?;
+            return Err(e);
+        }
         self.shared.checkpoint_all()?;
         self.shared
             .wal()
