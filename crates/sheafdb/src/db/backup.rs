@@ -226,11 +226,17 @@ impl Database {
             )));
         }
         let tmp = temp_name(&*vfs, name)?;
+        // Best effort, on an error or a panic (of the progress callback):
+        // the copy is incomplete and only this call knows it. Before, a
+        // panicking callback left the temporary files behind.
+        let mut cleanup = RemoveIncomplete {
+            vfs: &*vfs,
+            tmp: &tmp,
+            armed: true,
+        };
         let r = self.backup_into(&vfs, &tmp, name, &mut progress);
-        if r.is_err() {
-            // Best effort: the copy is incomplete and only this call knows it.
-            let _ = remove_database(&*vfs, &tmp);
-        }
+        cleanup.armed = r.is_err();
+        drop(cleanup);
         r
     }
 
@@ -413,5 +419,21 @@ mod tests {
         tx.abort()?;
         assert_eq!(db.begin_read()?.open_table(T)?.len()?, 10);
         Ok(())
+    }
+}
+
+/// Removes an incomplete backup's files when dropped armed (an error, or
+/// unwinding from a panic of the progress callback).
+struct RemoveIncomplete<'a> {
+    vfs: &'a dyn Vfs,
+    tmp: &'a str,
+    armed: bool,
+}
+
+impl Drop for RemoveIncomplete<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = remove_database(self.vfs, self.tmp);
+        }
     }
 }
