@@ -329,6 +329,22 @@ fn finish(vfs: &dyn Vfs, tmp: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Removes an incomplete backup's files when dropped armed (an error, or
+/// unwinding from a panic of the progress callback).
+struct RemoveIncomplete<'a> {
+    vfs: &'a dyn Vfs,
+    tmp: &'a str,
+    armed: bool,
+}
+
+impl Drop for RemoveIncomplete<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = remove_database(self.vfs, self.tmp);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -419,21 +435,5 @@ mod tests {
         tx.abort()?;
         assert_eq!(db.begin_read()?.open_table(T)?.len()?, 10);
         Ok(())
-    }
-}
-
-/// Removes an incomplete backup's files when dropped armed (an error, or
-/// unwinding from a panic of the progress callback).
-struct RemoveIncomplete<'a> {
-    vfs: &'a dyn Vfs,
-    tmp: &'a str,
-    armed: bool,
-}
-
-impl Drop for RemoveIncomplete<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = remove_database(self.vfs, self.tmp);
-        }
     }
 }
