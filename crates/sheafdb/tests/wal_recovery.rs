@@ -830,3 +830,110 @@ fn a_segment_cut_short_after_its_frames_is_refused_not_a_silent_prefix() {
         db.check_integrity().unwrap();
     }
 }
+
+/// The only WAL file cut to its header (or into its first frame) after a
+/// checkpoint past that use's start: the replay start proves the log had
+/// frames there (rule O1), so the file had its full length (O14) and was
+/// cut afterwards. Refused, and a salvage reports the cut. Before, the
+/// open went on silently at the checkpoint without the six commits after
+/// it (a session-33 probe of WAL damage).
+#[test]
+fn the_only_wal_file_cut_to_its_header_is_refused_not_the_checkpoint_alone() {
+    let (files, models) = crashed_after_checkpoint(2, 6);
+    let wal = the_segment(&files);
+    for cut in [4096, 4096 + 10] {
+        let mut damaged = files.clone();
+        damaged.get_mut(&wal).unwrap().truncate(cut);
+        let what = format!("segment cut to {cut} bytes");
+        match open_copy(&damaged) {
+            Ok(state) => panic!(
+                "{what}: opened silently at model {:?} of {}",
+                models.iter().position(|m| *m == state),
+                models.len() - 1
+            ),
+            Err(e) => assert!(e.to_string().contains("cut short"), "{what}: {e:?}"),
+        }
+        let db = open_copy_with(&damaged, common::builder().salvage_damaged_wal(true)).unwrap();
+        assert_eq!(
+            db.wal_damage().expect("reported").reason,
+            "FileCut",
+            "{what}"
+        );
+        assert!(
+            dump(&db).unwrap() == models[2],
+            "{what}: not the checkpoint"
+        );
+        db.check_integrity().unwrap();
+    }
+}
+
+/// A log salvaged past a segment cut short, then closed cleanly, opens
+/// again without salvage. The close left the cut file behind as a free
+/// one (its use wholly below the new replay start), and every later open
+/// refused it as "cut short" before, salvage or not, for ever (a
+/// session-33 probe of WAL damage).
+#[test]
+fn a_salvaged_cut_log_opens_after_a_clean_close() {
+    let small = || {
+        common::builder()
+            .background_checkpoints(false)
+            .wal_segment_bytes(32 * 1024)
+            .wal_first_segment_bytes(8192)
+    };
+    const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+    let put = |db: &Database, k: u64| {
+        let tx = db.begin_write().unwrap();
+        tx.open_table(T)
+            .unwrap()
+            .insert(k, vec![k as u8; 600].as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+    };
+    let rows = |db: &Database| {
+        db.begin_read()
+            .unwrap()
+            .open_table(T)
+            .unwrap()
+            .len()
+            .unwrap()
+    };
+    let vfs = SimVfs::new();
+    let db = small()
+        .create_with_vfs(Arc::new(vfs.clone()), "d.sheaf")
+        .unwrap();
+    for k in 0..120 {
+        put(&db, k);
+        if k == 9 {
+            db.checkpoint().unwrap();
+        }
+    }
+    let img = vfs.crash_with(0, CrashPolicy::KeepAll);
+    std::mem::forget(db);
+    let seg = "d.sheaf-wal.2";
+    let mut bytes = img.file_bytes(seg).expect("a third segment");
+    bytes.truncate(second_frame(&bytes));
+    img.set_file_bytes(seg, bytes);
+    let refused = small().open_with_vfs(Arc::new(img.clone()), "d.sheaf");
+    assert!(
+        matches!(refused, Err(sheafdb::Error::Corrupted { .. })),
+        "{:?}",
+        refused.map(drop)
+    );
+    let db = small()
+        .salvage_damaged_wal(true)
+        .open_with_vfs(Arc::new(img.clone()), "d.sheaf")
+        .unwrap();
+    assert!(db.wal_damage().is_some());
+    let salvaged = rows(&db);
+    put(&db, 1_000_000);
+    db.close().unwrap();
+    for round in 0..2 {
+        let db = small()
+            .open_with_vfs(Arc::new(img.clone()), "d.sheaf")
+            .unwrap_or_else(|e| panic!("open {round} after the clean close: {e}"));
+        assert_eq!(rows(&db), salvaged + 1);
+        assert!(db.wal_damage().is_none());
+        db.check_integrity().unwrap();
+        db.close().unwrap();
+    }
+}

@@ -339,7 +339,7 @@ pub(crate) fn replay(
                     .iter()
                     .filter(|s| s.header.is_some_and(|h| h.seq > header.seq))
                     .count();
-                if cut_after_frames(slot, &header, end, rec.summary.stop) {
+                if cut_after_frames(slot, &header, end, rec.summary.stop, from) {
                     rec.summary.stop = StopReason::FileCut;
                     let damage = cut_damage(slots, db_name, cur, end)?;
                     rec.summary.damage = Some(salvaged(damage, salvage)?);
@@ -364,13 +364,26 @@ pub(crate) fn replay(
 /// starts a fresh use), so no crash leaves frames in a short file: it was
 /// cut afterwards. (A file cut before any frame may be a crash during the
 /// zero fill, and ends the log there.)
+///
+/// The replay start proves frames too: by rule O1 the log was durable
+/// through `from` before the superblock naming it was written, so a use
+/// that begins below `from` had frames up to it, and its file had reached
+/// its full length; cut to its header (or into it) afterwards, it is the
+/// same damage (before, emptying the only WAL file opened the checkpoint
+/// without the commits after it). And a use that ends at or before `from`
+/// holds nothing replay needs: a cut there loses nothing (a salvaged log
+/// keeps its cut file as a free one, which a later clean close may leave
+/// behind; it was refused at every open after that).
 fn cut_after_frames(
     slot: &ScannedSlot,
     header: &SegmentHeader,
     end: Lsn,
     stop: StopReason,
+    from: Lsn,
 ) -> bool {
-    stop == StopReason::FileEnd && slot.len_bytes < header.segment_bytes && end > header.start_lsn
+    let short = stop == StopReason::FileEnd && slot.len_bytes < header.segment_bytes;
+    let had_frames = end > header.start_lsn || from > header.start_lsn;
+    short && had_frames && from < header.limit_lsn()
 }
 
 /// The damage of use `cur`'s file cut short at `end` (see
