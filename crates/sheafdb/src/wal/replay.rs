@@ -263,6 +263,29 @@ pub(crate) fn check_identity(
             )));
         }
     }
+    refuse_duplicate_uses(slots, db_name)
+}
+
+/// Two files holding the same use (sequence number and salt): one is a
+/// copy or a hard link of the other. The log would take the one it does
+/// not walk for free and recycle it, and through a hard link that
+/// overwrote the live segment behind it: acknowledged commits lost at
+/// the next open (a session-33 probe of WAL damage). No crash or
+/// recycling makes two: every use gets a new sequence number and salt.
+fn refuse_duplicate_uses(slots: &[ScannedSlot], db_name: &str) -> Result<()> {
+    let mut seen = std::collections::HashMap::new();
+    for s in slots {
+        let Some(h) = s.header else { continue };
+        if let Some(first) = seen.insert((h.seq, h.salt), s.slot) {
+            return Err(Error::WalMismatch(format!(
+                "{} and {} hold the same WAL segment (use {}): one is a copy or a link of \
+                 the other; remove the one the database did not write (nothing was changed)",
+                segment_name(db_name, first),
+                segment_name(db_name, s.slot),
+                h.seq
+            )));
+        }
+    }
     Ok(())
 }
 
