@@ -126,7 +126,15 @@ impl<R: BufRead> Reader<R> {
         loop {
             let Some(c) = text[pos..].chars().next() else {
                 if quoted {
-                    // The quoted cell goes on on the next line.
+                    // The quoted cell goes on on the next line; the whole
+                    // record is bounded like a line (an unclosed quote
+                    // took the rest of the input into memory before).
+                    if text.len() > MAX_LINE {
+                        return Err(format!(
+                            "line {start}: a record longer than {} MiB (a quoted cell never closed?)",
+                            MAX_LINE >> 20
+                        ));
+                    }
                     let before = text.len();
                     match read_text_line(&mut self.input, &mut text, true) {
                         Ok(0) => {

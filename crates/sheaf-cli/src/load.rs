@@ -48,10 +48,10 @@ fn canonical(name: &str, side: &str) -> String {
     match DynType::parse(name) {
         Some(t) => t.to_string(),
         None => {
-            eprintln!(
+            crate::warn(&format!(
                 "sheaf: note: {side} type {name:?} is not a built-in type: its {side}s are read \
                  as hex bytes"
-            );
+            ));
             name.to_string()
         }
     }
@@ -75,18 +75,59 @@ fn table_types(cf: &ColumnFamily, req: &Request<'_>) -> CliResult<(String, Strin
     }
 }
 
+/// The key and value type names of a table not in the database yet (its
+/// file or column family does not exist): given, or the load is refused.
+fn new_table_types(req: &Request<'_>) -> CliResult<(String, String)> {
+    match &req.types {
+        Some((k, v)) => Ok((canonical(k, "key"), canonical(v, "value"))),
+        None => Err(Failure::new(format!(
+            "column family {:?} has no table {:?}: give --key-type and --value-type to create it",
+            req.cf, req.table
+        ))),
+    }
+}
+
 pub fn run(req: &Request<'_>) -> CliResult {
-    let db = open_or_create(req.file)?;
-    let cf = db
-        .cf_or_create(req.cf)
-        .map_err(|e| Failure::db(format!("column family {:?}", req.cf), e))?;
-    let (key_type, value_type) = table_types(&cf, req)?;
+    // Nothing is created before the table's types are known and the first
+    // row parses: a refused load used to leave a new file or column family
+    // behind.
+    let exists = std::fs::metadata(req.file).is_ok_and(|m| !m.is_file() || m.len() > 0);
+    let existing = if exists {
+        Some(crate::open_read_write(req.file)?)
+    } else {
+        None
+    };
+    let found = match &existing {
+        Some(db) => match db.cf(req.cf) {
+            Ok(cf) => Some(cf),
+            Err(Error::CfNotFound(_)) => None,
+            Err(e) => return Err(Failure::db(format!("column family {:?}", req.cf), e)),
+        },
+        None => None,
+    };
+    let (key_type, value_type) = match &found {
+        Some(cf) => table_types(cf, req)?,
+        None => new_table_types(req)?,
+    };
     let codec = TableCodec::new(&key_type, &value_type);
     if io::stdin().is_terminal() {
-        eprintln!("sheaf: reading rows from the terminal (end with Ctrl-D)");
+        crate::warn("sheaf: reading rows from the terminal (end with Ctrl-D)");
     }
     let stdin = io::stdin().lock();
-    let mut rows = rows(stdin, req.format, codec.clone());
+    let mut rows = rows(stdin, req.format, codec.clone()).peekable();
+    if let Some(Err(msg)) = rows.peek() {
+        return Err(Failure::new(format!("{msg}; nothing was loaded")));
+    }
+    let db = match existing {
+        Some(db) => db,
+        None => open_or_create(req.file)?,
+    };
+    let cf = match found {
+        Some(cf) => cf,
+        None => db
+            .cf_or_create(req.cf)
+            .map_err(|e| Failure::db(format!("column family {:?}", req.cf), e))?,
+    };
     let bar = progress();
     let mut total = 0u64;
     let mut commits = 0u64;

@@ -294,10 +294,18 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .collect();
             let first = first.join(" ");
             let first = first.strip_prefix("error: ").unwrap_or(&first);
-            eprintln!("sheaf: {first} (see 'sheaf --help')");
+            warn(&format!("sheaf: {first} (see 'sheaf --help')"));
             ExitCode::from(FAILED)
         }
     }
+}
+
+/// Writes `line` to stderr, ignoring a failure: `eprintln!` panics when
+/// stderr is a closed pipe (exit 101 and a backtrace instead of the
+/// command's own status).
+pub fn warn(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// True if progress bars should be drawn (stderr is a terminal).
@@ -346,7 +354,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("sheaf: {}", f.message);
+            warn(&format!("sheaf: {}", f.message));
             ExitCode::from(f.code)
         }
     }

@@ -355,10 +355,22 @@ fn float_source(j: &Json) -> Option<String> {
     }
 }
 
-fn parse_float<F: std::str::FromStr>(text: &str) -> Result<F, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))
+/// A float from its text, refusing a finite number the type cannot hold:
+/// `str::parse` saturates to an infinity, or to zero for a number too
+/// small, and such a load went through silently before (integers out of
+/// range were refused).
+fn parse_float<F: std::str::FromStr + Copy + Into<f64>>(text: &str) -> Result<F, String> {
+    let t = text.trim();
+    let v: F = t.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    let x: f64 = v.into();
+    let unsigned = t.trim_start_matches(['+', '-']).to_ascii_lowercase();
+    let mantissa = unsigned.split('e').next().unwrap_or("");
+    let overflow = x.is_infinite() && !unsigned.starts_with("inf");
+    let underflow = x == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if overflow || underflow {
+        return Err(format!("{text:?} is out of the type's range"));
+    }
+    Ok(v)
 }
 
 fn one_char(s: &str) -> Result<char, String> {

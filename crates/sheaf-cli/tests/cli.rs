@@ -1149,3 +1149,112 @@ fn a_hex_row_of_empty_key_and_value_survives_dump_and_load() {
     assert!(loaded.contains("loaded 2 rows"), "{loaded}");
     assert_eq!(dump(&dst), first);
 }
+
+// Findings of the session-33 CLI probe, each failing before its fix.
+
+/// A load refused before its first row (no such table and no types, or a
+/// first row that does not parse) creates no file and no column family.
+#[test]
+fn a_refused_load_creates_nothing() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.sheaf");
+    fails(
+        sheaf()
+            .args(["load", db.to_str().unwrap(), "--table", "t"])
+            .write_stdin("{\"key\":1,\"value\":1}\n"),
+        2,
+        "give --key-type and --value-type",
+    );
+    assert!(files(dir.path()).is_empty(), "{:?}", files(dir.path()));
+    sheaf()
+        .args(["load", db.to_str().unwrap(), "--table", "t"])
+        .args(["--key-type", "u64", "--value-type", "u64"])
+        .write_stdin("{\"key\":1,\"value\":1}\n")
+        .assert()
+        .success();
+    let names = |d: &Path| files(d).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    let before = names(dir.path());
+    for (cf, types) in [("typo", false), ("typo2", true)] {
+        let mut cmd = sheaf();
+        cmd.args(["load", db.to_str().unwrap(), "--cf", cf, "--table", "t"]);
+        if types {
+            cmd.args(["--key-type", "u64", "--value-type", "u64"]);
+            fails(cmd.write_stdin("garbage\n"), 2, "nothing was loaded");
+        } else {
+            fails(cmd.write_stdin("{\"key\":1,\"value\":1}\n"), 2, "no table");
+        }
+    }
+    assert_eq!(names(dir.path()), before, "a refused load made files");
+    let info = stdout_of(sheaf().args(["info", db.to_str().unwrap()]));
+    assert!(!info.contains("typo"), "{info}");
+}
+
+/// Floats out of the type's range are refused like integers out of
+/// range, not stored as an infinity or zero.
+#[test]
+fn a_float_out_of_range_is_refused() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("f.sheaf");
+    let load = |ty: &str, value: &str| {
+        let mut cmd = sheaf();
+        cmd.args(["load", db.to_str().unwrap(), "--table", ty])
+            .args(["--key-type", "u8", "--value-type", ty])
+            .write_stdin(format!("{{\"key\":1,\"value\":{value}}}\n"));
+        cmd
+    };
+    for (ty, value) in [("f32", "1e39"), ("f32", "1e-50"), ("f64", "\"1e999\"")] {
+        fails(&mut load(ty, value), 2, "out of the type's range");
+    }
+    for (ty, value) in [
+        ("f32", "3.4e38"),
+        ("f32", "0e5"),
+        ("f64", "\"inf\""),
+        ("f64", "-0.0"),
+    ] {
+        load(ty, value).assert().success();
+    }
+}
+
+/// A quoted CSV cell that never closes ends at the record size bound, not
+/// by taking the whole input into memory: here, a closed quote is missing
+/// in an input that ends, and the error names the record's line.
+#[test]
+fn an_unclosed_csv_quote_is_a_clear_error() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("q.sheaf");
+    fails(
+        sheaf()
+            .args([
+                "load",
+                db.to_str().unwrap(),
+                "--table",
+                "t",
+                "--format",
+                "csv",
+            ])
+            .args(["--key-type", "u64", "--value-type", "u64"])
+            .write_stdin("key,value\n1,\"open\n2,more\n"),
+        2,
+        "line 2: a quoted cell is never closed",
+    );
+    assert!(files(dir.path()).is_empty(), "{:?}", files(dir.path()));
+}
+
+/// An error reported to a closed stderr exits with its own status, not a
+/// panic of `eprintln!` (101).
+#[test]
+fn an_error_to_a_closed_stderr_keeps_its_exit_status() {
+    let _s = serial();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sheaf"))
+        .args(["check", "/nonexistent/x.sheaf"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take()); // the read end closes: writes get EPIPE
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{status:?}");
+}
