@@ -114,7 +114,8 @@ pub fn run(req: &Request<'_>) -> CliResult {
         crate::warn("sheaf: reading rows from the terminal (end with Ctrl-D)");
     }
     let stdin = io::stdin().lock();
-    let mut rows = rows(stdin, req.format, codec.clone()).peekable();
+    let types = (key_type.as_str(), value_type.as_str());
+    let mut rows = rows(stdin, req.format, codec.clone(), types).peekable();
     if let Some(Err(msg)) = rows.peek() {
         return Err(Failure::new(format!("{msg}; nothing was loaded")));
     }
@@ -212,12 +213,39 @@ fn rows<'a, R: BufRead + 'a>(
     input: R,
     format: Format,
     codecs: TableCodec,
+    types: (&str, &str),
 ) -> Box<dyn Iterator<Item = Result<Row, String>> + 'a> {
     match format {
         Format::Jsonl => Box::new(jsonl_rows(input, codecs)),
         Format::Csv => Box::new(csv_rows(input, codecs)),
-        Format::Hex => Box::new(hex_rows(input, codecs)),
+        Format::Hex => {
+            let types = (types.0.to_string(), types.1.to_string());
+            Box::new(hex_rows(input, codecs, types))
+        }
     }
+}
+
+/// The key and value type names of a hex dump's `# cf "…" table "…" key
+/// "…" value "…"` line (`None` for another comment).
+fn header_types(comment: &str) -> Option<(String, String)> {
+    let mut rest = comment.trim_start();
+    let mut names = Vec::with_capacity(4);
+    for word in ["cf", "table", "key", "value"] {
+        rest = rest.strip_prefix(word)?.trim_start();
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        names.push(values.next()?.ok()?);
+        rest = rest[values.byte_offset()..].trim_start();
+    }
+    let value = names.pop()?;
+    let key = names.pop()?;
+    Some((key, value))
+}
+
+/// True if two catalog type names name the same type (spelled alike, or
+/// parsed to the same built-in type).
+fn same_type(a: &str, b: &str) -> bool {
+    a == b
+        || matches!((DynType::parse(a), DynType::parse(b)), (Some(x), Some(y)) if x.to_string() == y.to_string())
 }
 
 /// Numbered lines of `input`, blank ones (spaces only) skipped.
@@ -332,7 +360,11 @@ fn csv_rows<R: BufRead>(input: R, codec: TableCodec) -> impl Iterator<Item = Res
 }
 
 /// Hex rows; keys and values of built-in types must decode as their type.
-fn hex_rows<R: BufRead>(input: R, codec: TableCodec) -> impl Iterator<Item = Result<Row, String>> {
+fn hex_rows<R: BufRead>(
+    input: R,
+    codec: TableCodec,
+    (key_type, value_type): (String, String),
+) -> impl Iterator<Item = Result<Row, String>> {
     let (kc, vc, vside) = codec.into_parts();
     let mut tables = 0;
     // Only an empty line is blank: a row whose key and value both encode
@@ -353,6 +385,16 @@ fn hex_rows<R: BufRead>(input: R, codec: TableCodec) -> impl Iterator<Item = Res
                          with --table to load it"
                             .into(),
                     )));
+                }
+                // The dump's types must be the table's: hex bytes of another
+                // type of the same width decoded silently as this one.
+                if let Some((k, v)) = header_types(comment) {
+                    if !same_type(&k, &key_type) || !same_type(&v, &value_type) {
+                        return Some(Err(at(format!(
+                            "the dump's table has key type {k:?} and value type {v:?}, the \
+                             table loaded into {key_type:?} and {value_type:?}"
+                        ))));
+                    }
                 }
             }
             return None;

@@ -1258,3 +1258,65 @@ fn an_error_to_a_closed_stderr_keeps_its_exit_status() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(2), "{status:?}");
 }
+
+/// A hex dump loaded into a table of other types is refused: the bytes of
+/// an `i64`/`f64` table decoded silently as `u64`/`i64` before (the same
+/// widths), although the dump's header names its types.
+#[test]
+fn a_hex_dump_of_other_types_is_refused() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.sheaf"), dir.path().join("b.sheaf"));
+    sheaf()
+        .args(["load", a.to_str().unwrap(), "--table", "t"])
+        .args(["--key-type", "i64", "--value-type", "f64"])
+        .write_stdin("{\"key\":-1,\"value\":-1.5}\n")
+        .assert()
+        .success();
+    let hex = stdout_of(sheaf().args([
+        "dump",
+        a.to_str().unwrap(),
+        "--table",
+        "t",
+        "--format",
+        "hex",
+    ]));
+    fails(
+        sheaf()
+            .args([
+                "load",
+                b.to_str().unwrap(),
+                "--table",
+                "t",
+                "--format",
+                "hex",
+            ])
+            .args(["--key-type", "u64", "--value-type", "i64"])
+            .write_stdin(hex.clone()),
+        2,
+        "key type \"i64\" and value type \"f64\"",
+    );
+    assert!(!b.exists(), "a refused load created the file");
+    sheaf()
+        .args([
+            "load",
+            b.to_str().unwrap(),
+            "--table",
+            "t",
+            "--format",
+            "hex",
+        ])
+        .args(["--key-type", "i64", "--value-type", "f64"])
+        .write_stdin(hex.clone())
+        .assert()
+        .success();
+    let again = stdout_of(sheaf().args([
+        "dump",
+        b.to_str().unwrap(),
+        "--table",
+        "t",
+        "--format",
+        "hex",
+    ]));
+    assert_eq!(again, hex);
+}
