@@ -91,8 +91,7 @@ pub fn run(req: &Request<'_>) -> CliResult {
     // Nothing is created before the table's types are known and the first
     // row parses: a refused load used to leave a new file or column family
     // behind.
-    let exists = std::fs::metadata(req.file).is_ok_and(|m| !m.is_file() || m.len() > 0);
-    let existing = if exists {
+    let existing = if crate::names_existing(req.file) {
         Some(crate::open_read_write(req.file)?)
     } else {
         None
@@ -234,7 +233,7 @@ fn header_types(comment: &str) -> Option<(String, String)> {
         rest = rest.strip_prefix(word)?.trim_start();
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<String>();
         names.push(values.next()?.ok()?);
-        rest = rest[values.byte_offset()..].trim_start();
+        rest = rest.get(values.byte_offset()..)?.trim_start();
     }
     let value = names.pop()?;
     let key = names.pop()?;

@@ -268,11 +268,16 @@ pub fn open_accepting_missing_wal(path: &Path) -> CliResult<Database> {
 /// Opens a database for writing, creating it if the file is missing.
 /// An empty file (say, from `mktemp`) is made a database too.
 pub fn open_or_create(path: &Path) -> CliResult<Database> {
-    let empty = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0);
-    if path.exists() && !empty {
+    if names_existing(path) {
         return open_read_write(path);
     }
     Database::create(path).map_err(|e| open_failure(path, e))
+}
+
+/// True if `path` names something to open rather than a database to
+/// create: anything but a missing path or an empty file.
+pub fn names_existing(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() || m.len() > 0)
 }
 
 /// A command line clap refuses: help and version as clap prints them;

@@ -808,27 +808,42 @@ fn a_segment_cut_short_after_its_frames_is_refused_not_a_silent_prefix() {
     assert!(open_copy(&zeros_cut).unwrap() == *models.last().unwrap());
     // Mid-way through the second frame, and at its start.
     for cut in [second + 7, second] {
-        let mut damaged = files.clone();
-        damaged.get_mut(&wal).unwrap().truncate(cut);
-        let what = format!("segment cut to {cut} bytes");
-        match open_copy(&damaged) {
-            Ok(state) => panic!(
-                "{what}: opened silently at model {:?} of {}",
-                models.iter().position(|m| *m == state),
-                models.len() - 1
-            ),
-            Err(e) => assert!(e.to_string().contains("cut short"), "{what}: {e:?}"),
-        }
-        let db = open_copy_with(&damaged, common::builder().salvage_damaged_wal(true)).unwrap();
-        let damage = db
-            .wal_damage()
-            .expect("the salvage reports the cut")
-            .clone();
-        assert_eq!(damage.reason, "FileCut", "{what}");
-        let state = dump(&db).unwrap();
-        assert!(state == models[1], "{what}: not the first commit alone");
-        db.check_integrity().unwrap();
+        assert_cut_refused(&files, &wal, cut, &models, &models[1]);
     }
+}
+
+/// `files` with segment `wal` cut to `cut` bytes: the open refuses it as
+/// cut short (never a silent prefix of `models`), and a salvage reports
+/// `FileCut` and opens at `salvaged`, passing `check_integrity`.
+fn assert_cut_refused(
+    files: &common::Files,
+    wal: &str,
+    cut: usize,
+    models: &[Model],
+    salvaged: &Model,
+) {
+    let mut damaged = files.clone();
+    damaged.get_mut(wal).unwrap().truncate(cut);
+    let what = format!("segment cut to {cut} bytes");
+    match open_copy(&damaged) {
+        Ok(state) => panic!(
+            "{what}: opened silently at model {:?} of {}",
+            models.iter().position(|m| *m == state),
+            models.len() - 1
+        ),
+        Err(e) => assert!(e.to_string().contains("cut short"), "{what}: {e:?}"),
+    }
+    let db = open_copy_with(&damaged, common::builder().salvage_damaged_wal(true)).unwrap();
+    let damage = db
+        .wal_damage()
+        .expect("the salvage reports the cut")
+        .clone();
+    assert_eq!(damage.reason, "FileCut", "{what}");
+    assert!(
+        dump(&db).unwrap() == *salvaged,
+        "{what}: not the salvaged prefix"
+    );
+    db.check_integrity().unwrap();
 }
 
 /// The only WAL file cut to its header (or into its first frame) after a
@@ -842,28 +857,7 @@ fn the_only_wal_file_cut_to_its_header_is_refused_not_the_checkpoint_alone() {
     let (files, models) = crashed_after_checkpoint(2, 6);
     let wal = the_segment(&files);
     for cut in [4096, 4096 + 10] {
-        let mut damaged = files.clone();
-        damaged.get_mut(&wal).unwrap().truncate(cut);
-        let what = format!("segment cut to {cut} bytes");
-        match open_copy(&damaged) {
-            Ok(state) => panic!(
-                "{what}: opened silently at model {:?} of {}",
-                models.iter().position(|m| *m == state),
-                models.len() - 1
-            ),
-            Err(e) => assert!(e.to_string().contains("cut short"), "{what}: {e:?}"),
-        }
-        let db = open_copy_with(&damaged, common::builder().salvage_damaged_wal(true)).unwrap();
-        assert_eq!(
-            db.wal_damage().expect("reported").reason,
-            "FileCut",
-            "{what}"
-        );
-        assert!(
-            dump(&db).unwrap() == models[2],
-            "{what}: not the checkpoint"
-        );
-        db.check_integrity().unwrap();
+        assert_cut_refused(&files, &wal, cut, &models, &models[2]);
     }
 }
 

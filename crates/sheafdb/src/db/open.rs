@@ -28,7 +28,7 @@ use crate::pager::Pager;
 use crate::storage::{OpenMode, Storage, Vfs};
 use crate::txn::pages::ReadPages;
 use crate::txn::{CfShared, CfVersion};
-use crate::types::{CfId, Lsn, TableId, Version};
+use crate::types::{CfId, Lsn, PageId, TableId, Version};
 use crate::wal::{self, WalOptions, FIRST_LSN};
 
 /// Name of the default column family.
@@ -552,20 +552,6 @@ fn open_existing(
         extents.extents_of(CfId::SYSTEM),
         &meta.sys_free,
     )?;
-    // A checkpoint frees the blob's run into the system's free space when
-    // it writes the next one: outside the system's extents, that broke
-    // the allocator's invariant (a panic in debug builds, free space in no
-    // extent in release builds; an adversarial probe edited one owner in
-    // the blob and fixed its checksum).
-    if sys_alloc
-        .first_unowned(&[(meta_page, sb.meta_npages)])
-        .is_some()
-    {
-        return Err(Error::corrupted_page(
-            meta_page,
-            "the metadata blob lies outside the system's extents",
-        ));
-    }
     let slot = current_slot(&*storage, ps, &sb)?;
     let sys = SysState {
         generation: sb.generation,
@@ -585,7 +571,7 @@ fn open_existing(
         wal_kept: false,
     };
     let shared = new_shared(opts, storage, lock, ps, extents, sys)?;
-    check_system_tree(&shared)?;
+    check_system_pages(&shared)?;
     load_cfs(&shared)?;
     if !shared.registry.cfs.read().contains_key(&CfId::DEFAULT) {
         return Err(Error::corrupted(
@@ -597,23 +583,33 @@ fn open_existing(
     Ok(shared)
 }
 
-/// `Corrupted` unless the system tree is whole and every page and run of
-/// it lies in the system's extents. A checkpoint that rewrites the tree
-/// frees its old pages into the system's free space: one outside the
-/// system's extents broke the allocator's invariant, like the blob's run
-/// above, and until then a column family's allocator could hand it out as
-/// free. The walk reads each system page once (a few pages, thousands of
-/// column families taking tens), and also checks the tree's order and its
-/// count before any descriptor is used.
-fn check_system_tree(shared: &Arc<DbShared>) -> Result<()> {
-    let root = shared.ckpt.sys.lock().root;
+/// `Corrupted` unless the system's own pages lie in the system's extents:
+/// the metadata blob's run, and every page and run of the system tree,
+/// which must also be whole. A checkpoint frees the old blob and the tree
+/// pages it rewrites into the system's free space: a run outside the
+/// system's extents broke the allocator's invariant (a panic in debug
+/// builds, free space in no extent in release builds; an adversarial probe
+/// edited one owner in the blob and fixed its checksum), and until then a
+/// column family's allocator could hand such a page out as free. The walk
+/// reads each system page once (a few pages, thousands of column families
+/// taking tens), and also checks the tree's order and its count before any
+/// descriptor is used.
+fn check_system_pages(shared: &Arc<DbShared>) -> Result<()> {
+    let (root, blob) = {
+        let sys = shared.ckpt.sys.lock();
+        (sys.root, sys.meta_run)
+    };
     let pages = ReadPages::new(shared.space.clone(), CfId::SYSTEM);
-    let mut runs = Vec::new();
+    let mut runs: Vec<(PageId, u32)> = blob.into_iter().collect();
     btree::walk(&pages, &root, &mut |id, npages, _| runs.push((id, npages)))?;
     let sys = shared.ckpt.sys.lock();
     let outside = sys.alloc.lock().first_unowned(&runs);
     match outside {
         None => Ok(()),
+        Some((id, _)) if Some(id) == blob.map(|(p, _)| p) => Err(Error::corrupted_page(
+            id,
+            "the metadata blob lies outside the system's extents",
+        )),
         Some((id, _)) => Err(Error::corrupted_page(
             id,
             "a page of the system tree lies outside the system's extents",
