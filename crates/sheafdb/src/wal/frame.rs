@@ -100,6 +100,10 @@ pub enum StopReason {
     /// been made full length (durably, before any frame went in), so
     /// whatever followed is lost to damage, not to a torn write.
     FileCut,
+    /// The use ended whole, and its file names the use that continued it
+    /// (rule O15), but no segment file holds that use: it was deleted,
+    /// emptied or replaced after the fact.
+    UseMissing,
     /// The frame header is all zeros (space never written in this use).
     ZeroedSpace,
     /// The salt belongs to another use (a stale record of recycled space).

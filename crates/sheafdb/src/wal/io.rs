@@ -17,7 +17,7 @@ use std::io;
 use std::sync::Arc;
 
 use super::layout::{FrameRun, Step};
-use super::segment::{segment_name, SegmentHeader, HEADER_BLOCK_BYTES};
+use super::segment::{segment_name, SegmentHeader, UseLink, HEADER_BLOCK_BYTES, LINK_OFFSET};
 use crate::storage::{OpenMode, Storage, Vfs};
 
 /// Size of each zero-filling write when preallocating a segment.
@@ -87,6 +87,7 @@ impl SegmentIo {
                     header,
                     preallocate,
                 } => self.begin_use(*slot, header, *preallocate)?,
+                Step::Link { slot, link } => self.link_use(*slot, link)?,
                 Step::Frames(run) => {
                     self.write_run(run)?;
                     report.bytes += run.len_bytes();
@@ -185,6 +186,22 @@ impl SegmentIo {
         self.file(slot)?.write_at(0, &block)?;
         self.mark_dirty(slot);
         self.header_unsynced = true;
+        Ok(())
+    }
+
+    /// Rule O15: writes `link` into slot `slot`'s header block (the use
+    /// the one just begun continues) and makes it durable, after the new
+    /// use's header and before any frame of the new use. A durable link
+    /// whose use is missing at open is then damage, never a crash: the
+    /// use it names had a durable header first. And every frame of the
+    /// new use, once written, has a durable link behind it.
+    fn link_use(&mut self, slot: usize, link: &UseLink) -> io::Result<()> {
+        self.headers_in_order()?;
+        self.ensure_open(slot, OpenMode::Existing)?;
+        self.file(slot)?.write_at(LINK_OFFSET, &link.encode())?;
+        self.mark_dirty(slot);
+        self.sync_dirty()?;
+        debug_assert!(self.dirty.is_empty(), "O15: a link is not durable");
         Ok(())
     }
 

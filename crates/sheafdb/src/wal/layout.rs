@@ -20,7 +20,9 @@
 //! Must not know: payload contents, files, group commit.
 
 use super::frame::{encode_header, FrameFormat, FramePlace, PayloadCrc, FRAME_HEADER_BYTES};
-use super::segment::{fresh_salt, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES, MAX_SLOTS};
+use super::segment::{
+    fresh_salt, SegmentHeader, UseLink, FIRST_LSN, HEADER_BLOCK_BYTES, MAX_SLOTS,
+};
 use crate::types::Lsn;
 
 /// Payloads up to this size are copied into a shared buffer under the
@@ -100,6 +102,10 @@ pub(crate) enum Step {
     },
     /// Frames to write back to back.
     Frames(FrameRun),
+    /// Write `link` into the header block of `slot`, whose use the one
+    /// just begun continues, once the new header is durable; then make it
+    /// durable before any frame of the new use is written (rule O15).
+    Link { slot: usize, link: UseLink },
 }
 
 /// Contiguous frames of one use, to be written at `offset` of `slot`.
@@ -161,6 +167,14 @@ struct OpenUse {
     limit: Lsn,
 }
 
+/// The use the next one continues, while its file may still get a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LinkFrom {
+    pub slot: usize,
+    pub seq: u64,
+    pub salt: u64,
+}
+
 /// Every segment slot number holds a use that is not released yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlotsExhausted;
@@ -191,6 +205,8 @@ pub(crate) struct Layout {
     pub generation: u64,
     /// Salt of the use the next one continues (0: none).
     prev_salt: u64,
+    /// Where that use lives, so the next use's switch can link it.
+    link_from: Option<LinkFrom>,
     pending: Vec<Step>,
     pub switches: SwitchCounts,
     /// Slot numbers must stay below this ([`MAX_SLOTS`]; lower in tests).
@@ -215,6 +231,9 @@ pub(crate) struct Resume {
     pub released_lsn: Lsn,
     pub next_seq: u64,
     pub prev_salt: u64,
+    /// The last use replayed, when the log continues it (its salt is
+    /// `prev_salt`).
+    pub link_from: Option<LinkFrom>,
     pub db_id: u64,
     pub generation: u64,
 }
@@ -225,6 +244,10 @@ impl Layout {
     pub fn resume(sizes: SegmentSizes, r: Resume) -> Layout {
         debug_assert!(r.next_seq >= 1);
         debug_assert!(sizes.min_bytes <= sizes.max_bytes, "segment sizes inverted");
+        debug_assert!(
+            r.link_from.is_none_or(|l| l.salt == r.prev_salt),
+            "the linked use is not the one continued"
+        );
         // Growth goes on from the largest file the log already has.
         let largest = r.slots.iter().map(|s| s.bytes).max().unwrap_or(0);
         let next_new_bytes = largest
@@ -241,6 +264,7 @@ impl Layout {
             db_id: r.db_id,
             generation: r.generation,
             prev_salt: r.prev_salt,
+            link_from: r.link_from,
             pending: Vec::new(),
             switches: SwitchCounts::default(),
             max_slots: MAX_SLOTS,
@@ -353,7 +377,7 @@ impl Layout {
         let best = (steps.into_iter())
             .filter_map(|s| match s {
                 Step::Frames(run) => Some(run.bufs),
-                Step::Begin { .. } => None,
+                Step::Begin { .. } | Step::Link { .. } => None,
             })
             .flatten()
             .filter(|b| (SHARED_BUF_INITIAL_BYTES..=RECYCLED_BUF_MAX_BYTES).contains(&b.capacity()))
@@ -430,6 +454,7 @@ impl Layout {
         if slot == self.slots.len() {
             self.slots.push(SlotMeta::default());
         }
+        let linked = self.link_source(slot);
         let seq = self.next_seq;
         self.next_seq += 1;
         debug_assert!(seq >= 1, "use sequence numbers start at 1");
@@ -472,6 +497,24 @@ impl Layout {
             header,
             preallocate,
         });
+        if let Some(from) = linked {
+            let link = UseLink {
+                owner_seq: from.seq,
+                owner_salt: from.salt,
+                next_seq: seq,
+                next_salt: header.salt,
+                next_start: start,
+            };
+            self.pending.push(Step::Link {
+                slot: from.slot,
+                link,
+            });
+        }
+        self.link_from = Some(LinkFrom {
+            slot,
+            seq,
+            salt: header.salt,
+        });
         self.open = Some(OpenUse {
             slot,
             salt: header.salt,
@@ -480,6 +523,21 @@ impl Layout {
         });
         self.open_records = 0;
         self.prev_salt = header.salt;
+    }
+
+    /// The use a new use in `slot` continues, if its file is still there
+    /// to be linked (rule O15): a give-back may have deleted a retired
+    /// use's file, a recycle reused it, and a new chain links nothing.
+    fn link_source(&self, slot: usize) -> Option<LinkFrom> {
+        let l = self.link_from?;
+        let holds = |s: &SlotMeta| s.exists && s.holds.is_some_and(|u| u.seq == l.seq);
+        let live = self.slots.get(l.slot).is_some_and(holds);
+        (self.prev_salt != 0 && l.salt == self.prev_salt && l.slot != slot && live).then_some(l)
+    }
+
+    /// Slots a pending [`Step::Link`] still writes into.
+    fn link_pending(&self, slot: usize) -> bool {
+        (self.pending.iter()).any(|s| matches!(s, Step::Link { slot: l, .. } if *l == slot))
     }
 
     /// The slot for a new use that must hold a `frame_bytes` frame, and
@@ -720,8 +778,10 @@ impl Layout {
     pub fn give_back(&mut self, keep_bytes: u64) -> Vec<usize> {
         let released = self.released_lsn;
         let open = self.open.map(|o| o.slot);
+        // A file a pending link still goes to stays until it is written.
         let mut free: Vec<(u64, usize)> = (self.slots.iter().enumerate())
             .filter(|&(i, s)| s.exists && Some(i) != open && s.is_free(released))
+            .filter(|&(i, _)| !self.link_pending(i))
             .map(|(i, s)| (s.bytes, i))
             .collect();
         free.sort_unstable();
@@ -789,7 +849,7 @@ impl FrameRun {
 pub(crate) fn steps_end(steps: &[Step]) -> Option<Lsn> {
     steps.iter().rev().find_map(|s| match s {
         Step::Frames(run) => Some(run.end_lsn),
-        Step::Begin { .. } => None,
+        Step::Begin { .. } | Step::Link { .. } => None,
     })
 }
 
@@ -816,6 +876,7 @@ mod tests {
                 released_lsn: Lsn(0),
                 next_seq: 1,
                 prev_salt: 0,
+                link_from: None,
                 db_id: 0,
                 generation: 0,
             },
@@ -841,7 +902,7 @@ mod tests {
         (steps.iter())
             .filter_map(|s| match s {
                 Step::Frames(run) => Some(run.bufs.iter().map(|b| (b.capacity(), b.len()))),
-                Step::Begin { .. } => None,
+                Step::Begin { .. } | Step::Link { .. } => None,
             })
             .flatten()
             .collect()
@@ -972,6 +1033,7 @@ mod tests {
                 released_lsn: Lsn(0),
                 next_seq: 1,
                 prev_salt: 0,
+                link_from: None,
                 db_id: 0,
                 generation: 0,
             },

@@ -97,7 +97,7 @@ pub fn segment_owner(file: &str) -> Option<&str> {
 
 use self::io::SegmentIo;
 use self::layout::{
-    steps_end, Layout, PreparedFrame, Resume, SegmentSizes, SlotMeta, Step, UseMeta,
+    steps_end, Layout, LinkFrom, PreparedFrame, Resume, SegmentSizes, SlotMeta, Step, UseMeta,
 };
 use self::replay::{Recovered, ScannedSlot};
 use crate::error::{Error, PoisonCause, Result};
@@ -378,12 +378,22 @@ fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, opts: &WalOptions, fro
         Some(salt) if next_lsn == end => salt,
         _ => 0,
     };
+    // The next use links into the file of the use it continues (O15).
+    let link_from = rec.kept.last().and_then(|&(i, _)| {
+        let h = scanned[i].header.expect("kept uses have headers");
+        (prev_salt != 0 && h.salt == prev_salt).then_some(LinkFrom {
+            slot: scanned[i].slot,
+            seq: h.seq,
+            salt: h.salt,
+        })
+    });
     Resume {
         slots,
         next_lsn,
         released_lsn: from,
         next_seq: rec.max_seq + 1,
         prev_salt,
+        link_from,
         db_id: opts.db_id,
         generation: opts.generation,
     }

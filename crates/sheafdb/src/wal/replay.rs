@@ -33,8 +33,8 @@ use std::sync::Arc;
 
 use super::frame::{FrameFormat, FrameHeader, StopReason, MAX_FRAME_HEADER_BYTES, SALT_OFFSET};
 use super::segment::{
-    parse_segment_name, segment_name, SegmentHeader, FIRST_LSN, HEADER_BLOCK_BYTES,
-    MAX_SEGMENT_BYTES,
+    parse_segment_name, segment_name, SegmentHeader, UseLink, FIRST_LSN, HEADER_BLOCK_BYTES,
+    LINK_OFFSET, MAX_SEGMENT_BYTES,
 };
 use super::WalOptions;
 use crate::error::{Error, Location, Result, WAL_SALVAGE_HINT};
@@ -56,11 +56,16 @@ pub(crate) struct ScannedSlot {
     pub len_bytes: u64,
     /// `None`: the header is invalid, so the file holds no use.
     pub header: Option<SegmentHeader>,
+    /// The use that continued this one, as its file records it (rule O15).
+    pub link: Option<UseLink>,
     /// A whole header of a format version this build cannot read.
     pub unreadable_version: Option<u32>,
     /// The file begins like a sheafdb data file, not a segment: a database
     /// or backup named like one of this log's files.
     pub data_file: bool,
+    /// The file begins like neither a segment nor zeros (see
+    /// [`could_be_a_segment`]): somebody else's file under a segment name.
+    pub foreign: bool,
 }
 
 /// What replay found, returned by [`crate::wal::open`].
@@ -118,6 +123,15 @@ pub struct LogDamage {
 
 impl std::fmt::Display for LogDamage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.stop == StopReason::UseMissing {
+            return write!(
+                f,
+                "WAL segment use missing: {} records that the log went on from LSN {} in a \
+                 later segment, and no WAL file holds it (deleted, emptied or replaced), so the \
+                 records from LSN {} on were lost",
+                self.witness_at, self.stop_lsn.0, self.stop_lsn.0,
+            );
+        }
         if self.stop == StopReason::FileCut {
             return write!(
                 f,
@@ -192,14 +206,31 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize, read_only: bool) -> Resul
     let len_bytes = file.len()?;
     let mut block = vec![0u8; len_bytes.min(HEADER_BLOCK_BYTES) as usize];
     file.read_at(0, &mut block)?;
+    let header = SegmentHeader::decode(&block);
+    let data_file = block.starts_with(&crate::format::superblock::MAGIC);
     Ok(ScannedSlot {
         slot,
         file,
         len_bytes,
-        header: SegmentHeader::decode(&block),
+        header,
+        link: header.and_then(|h| UseLink::decode(&block, &h)),
         unreadable_version: SegmentHeader::unreadable_version(&block),
-        data_file: block.starts_with(&crate::format::superblock::MAGIC),
+        data_file,
+        foreign: !data_file && header.is_none() && !could_be_a_segment(&block),
     })
+}
+
+/// True if a header block that does not decode may still be one of this
+/// log's files: every byte of its first eight (as far as the file has
+/// them) is zero or the magic's byte there. A spare or a file being made
+/// is zeros, a torn header write leaves the magic or bytes of it over
+/// zeros, and a recycled file keeps the magic of its earlier header.
+/// Anything else is not ours: the open refuses it rather than delete or
+/// overwrite it as free space (a session-34 probe: a user's text file
+/// named `NAME-wal.2` was deleted without a word).
+fn could_be_a_segment(block: &[u8]) -> bool {
+    let magic = SegmentHeader::MAGIC;
+    (block.iter().zip(magic.iter())).all(|(&b, &m)| b == 0 || b == m)
 }
 
 /// Refuses a WAL that is not this data file's (issue 9 point 7): a
@@ -220,6 +251,13 @@ pub(crate) fn check_identity(
             return Err(Error::WalMismatch(format!(
                 "{} is a sheafdb database file, not a WAL file of {db_name}: a database or \
                  backup named like one; rename it (nothing was changed)",
+                segment_name(db_name, s.slot)
+            )));
+        }
+        if s.foreign {
+            return Err(Error::WalMismatch(format!(
+                "{} is named like a WAL segment of {db_name} but is not one (it begins like \
+                 neither a segment nor zeros); rename or remove it (nothing was changed)",
                 segment_name(db_name, s.slot)
             )));
         }
@@ -343,6 +381,8 @@ pub(crate) fn replay(
     // One read buffer for every use: a fresh one per use would fault in
     // its pages again.
     let mut buf = Vec::new();
+    // The use walked before `cur` names it in its link (rule O15).
+    let mut linked = false;
     loop {
         let header = header_of(slots, cur);
         let slot = slot_at(slots, cur);
@@ -355,6 +395,8 @@ pub(crate) fn replay(
         match successor(slots, &header, end) {
             Some(next) => {
                 buf = reader.into_buf();
+                let h = header_of(slots, next);
+                linked = (slot.link).is_some_and(|l| (l.next_seq, l.next_salt) == (h.seq, h.salt));
                 cur = next;
             }
             None => {
@@ -362,7 +404,7 @@ pub(crate) fn replay(
                     .iter()
                     .filter(|s| s.header.is_some_and(|h| h.seq > header.seq))
                     .count();
-                if cut_after_frames(slot, &header, end, rec.summary.stop, from) {
+                if cut_after_frames(slot, &header, end, rec.summary.stop, from, linked) {
                     rec.summary.stop = StopReason::FileCut;
                     let damage = cut_damage(slots, db_name, cur, end)?;
                     rec.summary.damage = Some(salvaged(damage, salvage)?);
@@ -372,6 +414,9 @@ pub(crate) fn replay(
                 let last = Some((cur, &mut reader));
                 let stop = (end, rec.summary.stop);
                 if let Some(damage) = find_witness(slots, db_name, last, stop, from)? {
+                    rec.summary.damage = Some(salvaged(damage, salvage)?);
+                } else if let Some(damage) = missing_successor(slots, db_name, cur, end, from)? {
+                    rec.summary.stop = StopReason::UseMissing;
                     rec.summary.damage = Some(salvaged(damage, salvage)?);
                 }
                 return Ok(rec);
@@ -393,7 +438,10 @@ pub(crate) fn replay(
 /// that begins below `from` had frames up to it, and its file had reached
 /// its full length; cut to its header (or into it) afterwards, it is the
 /// same damage (before, emptying the only WAL file opened the checkpoint
-/// without the commits after it). And a use that ends at or before `from`
+/// without the commits after it). So does a durable link to the use
+/// (`linked`, rule O15): it was written after the use's header was
+/// durable, and the header reaches the disk with the zero fill, in one
+/// sync, or over a file already full length. And a use that ends at or before `from`
 /// holds nothing replay needs: a cut there loses nothing (a salvaged log
 /// keeps its cut file as a free one, which a later clean close may leave
 /// behind; it was refused at every open after that).
@@ -403,10 +451,61 @@ fn cut_after_frames(
     end: Lsn,
     stop: StopReason,
     from: Lsn,
+    linked: bool,
 ) -> bool {
     let short = stop == StopReason::FileEnd && slot.len_bytes < header.segment_bytes;
-    let had_frames = end > header.start_lsn || from > header.start_lsn;
+    let had_frames = end > header.start_lsn || from > header.start_lsn || linked;
     short && had_frames && from < header.limit_lsn()
+}
+
+/// Rule O15: the last use walked, `cur`, ended whole at `end`, and its
+/// file names the use that continued it from `end`, but no file holds
+/// that use (deleted, emptied, zeroed, or replaced by another file).
+///
+/// A link is durable only after the header of the use it names, so no
+/// crash makes one point at nothing. Only a give-back or a recycle removes
+/// a use's file, and only once the use lies wholly below the replay start
+/// of a durable checkpoint; every use holds at least one frame, so such a
+/// use starts below `from`. A missing use that starts at or after `from`
+/// therefore held records replay needs: damage. (One that starts below
+/// `from` may have been given back, and is not checked: design.md "A
+/// missing newest segment" says what is left undetected.)
+fn missing_successor(
+    slots: &[ScannedSlot],
+    db_name: &str,
+    cur: usize,
+    end: Lsn,
+    from: Lsn,
+) -> Result<Option<LogDamage>> {
+    let slot = slot_at(slots, cur);
+    let Some(link) = slot.link else {
+        return Ok(None);
+    };
+    let present = (slots.iter()).any(|s| {
+        s.header
+            .is_some_and(|h| (h.seq, h.salt) == (link.next_seq, link.next_salt))
+    });
+    if present || link.next_start != end || link.next_start < from {
+        return Ok(None);
+    }
+    let header = header_of(slots, cur);
+    let name = segment_name(db_name, slot.slot);
+    let limit = log_limit(slots, &headerless_uses(slots)?);
+    Ok(Some(LogDamage {
+        stop_lsn: end,
+        stop: StopReason::UseMissing,
+        stop_at: Location::File {
+            name: name.clone(),
+            offset: file_offset(&header, end),
+        },
+        witness_lsn: end,
+        witness_at: Location::File {
+            name,
+            offset: LINK_OFFSET,
+        },
+        synced: end,
+        log_limit: limit.max(end),
+    }))
 }
 
 /// The damage of use `cur`'s file cut short at `end` (see

@@ -33,6 +33,25 @@
 //! A header that fails any check (magic, crc, ranges) means the segment
 //! holds no use: it is free. A whole header of a version this build does
 //! not read is refused at open (`WalMismatch`), never taken for free space.
+//!
+//! # Continuation record (the header block's second sector)
+//!
+//! When the log switches from one use to the next, the old use's file gets
+//! a [`UseLink`] at [`LINK_OFFSET`] naming the use that continues it (rule
+//! O15, design.md "A missing newest segment"). A new use's header block
+//! is written whole, so a recycled file never keeps an earlier use's link;
+//! a link whose owner is not the header's use is ignored. Earlier builds
+//! of this format never read these bytes.
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 512 | 8 | magic `b"SHEAFLNK"` |
+//! | 520 | 8 | sequence number of the use this file holds (the owner) |
+//! | 528 | 8 | salt of the owner |
+//! | 536 | 8 | sequence number of the next use |
+//! | 544 | 8 | salt of the next use |
+//! | 552 | 8 | start LSN of the next use (where the owner stopped) |
+//! | 560 | 4 | crc32c of bytes 512..560 |
 
 #![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
 
@@ -106,6 +125,9 @@ pub(crate) struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// The magic every header block begins with.
+    pub const MAGIC: [u8; 8] = MAGIC;
+
     /// Data bytes a use of this header covers.
     pub fn capacity_bytes(&self) -> u64 {
         self.segment_bytes - HEADER_BLOCK_BYTES
@@ -186,6 +208,78 @@ impl SegmentHeader {
             && self.start_lsn >= FIRST_LSN
             && (self.start_lsn.0.checked_add(self.segment_bytes))
                 .is_some_and(|end| end <= COUNTER_LIMIT)
+    }
+}
+
+/// Offset of the continuation record in a segment's header block: its
+/// second 512-byte sector, so writing it never tears the header.
+pub(crate) const LINK_OFFSET: u64 = 512;
+/// Bytes written for a continuation record (one sector).
+const LINK_BLOCK_BYTES: usize = 512;
+const LINK_MAGIC: [u8; 8] = *b"SHEAFLNK";
+/// Field offsets of the continuation record, from [`LINK_OFFSET`].
+mod link_off {
+    pub const MAGIC: usize = 0;
+    pub const OWNER_SEQ: usize = 8;
+    pub const OWNER_SALT: usize = 16;
+    pub const NEXT_SEQ: usize = 24;
+    pub const NEXT_SALT: usize = 32;
+    pub const NEXT_START: usize = 40;
+    pub const CRC: usize = 48;
+    pub const USED: usize = 52;
+}
+const _: () = assert!(LINK_OFFSET as usize >= off::USED);
+const _: () = assert!(LINK_OFFSET as usize + LINK_BLOCK_BYTES <= HEADER_BLOCK_BYTES as usize);
+const _: () = assert!(link_off::USED <= LINK_BLOCK_BYTES);
+
+/// A continuation record: the use `owner_seq`/`owner_salt` was continued
+/// by the use `next_seq`/`next_salt`, which starts at `next_start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UseLink {
+    pub owner_seq: u64,
+    pub owner_salt: u64,
+    pub next_seq: u64,
+    pub next_salt: u64,
+    pub next_start: Lsn,
+}
+
+impl UseLink {
+    /// The sector written at [`LINK_OFFSET`].
+    pub fn encode(&self) -> Vec<u8> {
+        debug_assert!(self.next_seq > self.owner_seq, "a link names an older use");
+        let mut block = vec![0u8; LINK_BLOCK_BYTES];
+        put_bytes(&mut block, link_off::MAGIC, &LINK_MAGIC);
+        put_u64(&mut block, link_off::OWNER_SEQ, self.owner_seq);
+        put_u64(&mut block, link_off::OWNER_SALT, self.owner_salt);
+        put_u64(&mut block, link_off::NEXT_SEQ, self.next_seq);
+        put_u64(&mut block, link_off::NEXT_SALT, self.next_salt);
+        put_u64(&mut block, link_off::NEXT_START, self.next_start.0);
+        let crc = crc32c::crc32c(block.get(..link_off::CRC).unwrap_or_default());
+        put_u32(&mut block, link_off::CRC, crc);
+        block
+    }
+
+    /// The continuation record in a whole header block, if it is valid and
+    /// belongs to `header`'s use (a recycled file's stale link is not).
+    pub fn decode(header_block: &[u8], header: &SegmentHeader) -> Option<UseLink> {
+        let used = slice_at(header_block, LINK_OFFSET as usize, link_off::USED)?;
+        if slice_at(used, link_off::MAGIC, LINK_MAGIC.len())? != LINK_MAGIC
+            || Some(read_u32(used, link_off::CRC)) != used.get(..link_off::CRC).map(crc32c::crc32c)
+        {
+            return None;
+        }
+        let link = UseLink {
+            owner_seq: read_u64(used, link_off::OWNER_SEQ),
+            owner_salt: read_u64(used, link_off::OWNER_SALT),
+            next_seq: read_u64(used, link_off::NEXT_SEQ),
+            next_salt: read_u64(used, link_off::NEXT_SALT),
+            next_start: Lsn(read_u64(used, link_off::NEXT_START)),
+        };
+        let owned = link.owner_seq == header.seq && link.owner_salt == header.salt;
+        let plausible = link.next_seq > link.owner_seq
+            && link.next_salt != 0
+            && (header.start_lsn..=header.limit_lsn()).contains(&link.next_start);
+        (owned && plausible).then_some(link)
     }
 }
 
@@ -301,6 +395,51 @@ mod tests {
         }
         assert_eq!(SegmentHeader::decode(&block[..30]), None);
         assert_eq!(SegmentHeader::decode(&[0u8; 4096]), None);
+    }
+
+    #[test]
+    fn links_round_trip_and_belong_to_their_use() {
+        let header = sample();
+        let link = UseLink {
+            owner_seq: header.seq,
+            owner_salt: header.salt,
+            next_seq: header.seq + 1,
+            next_salt: 77,
+            next_start: Lsn(header.start_lsn.0 + 4096),
+        };
+        let mut block = header.encode();
+        assert_eq!(
+            UseLink::decode(&block, &header),
+            None,
+            "a fresh header has no link"
+        );
+        let at = LINK_OFFSET as usize;
+        block[at..at + LINK_BLOCK_BYTES].copy_from_slice(&link.encode());
+        assert_eq!(
+            SegmentHeader::decode(&block),
+            Some(header),
+            "the link tears no header"
+        );
+        assert_eq!(UseLink::decode(&block, &header), Some(link));
+        // Another use of the same file (recycled) does not own it.
+        let other = SegmentHeader {
+            seq: 9,
+            salt: 5,
+            ..header
+        };
+        assert_eq!(UseLink::decode(&block, &other), None);
+        for i in 0..link_off::USED {
+            let mut bad = block.clone();
+            bad[at + i] ^= 0x10;
+            assert_eq!(UseLink::decode(&bad, &header), None, "byte {i}");
+        }
+        // A start outside the owner's span is refused even with a good crc.
+        let far = UseLink {
+            next_start: Lsn(header.limit_lsn().0 + 1),
+            ..link
+        };
+        block[at..at + LINK_BLOCK_BYTES].copy_from_slice(&far.encode());
+        assert_eq!(UseLink::decode(&block, &header), None);
     }
 
     #[test]

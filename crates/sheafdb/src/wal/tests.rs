@@ -387,8 +387,13 @@ fn truncated_file() {
     );
 }
 
+/// A newest use's file cut into its header block after its records were
+/// synced: its predecessor's link (rule O15) proves the file had its full
+/// length, so this is a cut, not a crash during its zero fill. (Before
+/// O15 the whole use was dropped without a word.) A salvage keeps the
+/// records before the use.
 #[test]
-fn truncated_header_drops_the_whole_use() {
+fn truncated_header_of_a_linked_use_is_a_cut() {
     let (sim, records) = sim_log(100);
     let last = records.last().unwrap();
     let (name, _) = locate(&sim, last.0);
@@ -396,8 +401,21 @@ fn truncated_header_drops_the_whole_use() {
         .unwrap()
         .start_lsn;
     edit_file(&sim, &name, |b| b.truncate(100));
+    let err = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(()))
+        .expect_err("a cut linked use");
+    assert!(
+        err.is_corrupted() && err.to_string().contains("cut short"),
+        "{err}"
+    );
+    let mut got = Vec::new();
+    let (_, s) = open(sim_arc(&sim), DB, salvage_opts(), Lsn(0), &mut |lsn, p| {
+        got.push((lsn, p.to_vec()));
+        Ok(())
+    })
+    .expect("salvage");
     let expected: Records = records.iter().filter(|r| r.0 < start).cloned().collect();
-    check_reopen_cycle(sim_arc(&sim), SEG, &expected, "truncated header");
+    assert_eq!(got, expected);
+    assert_eq!(s.damage.map(|d| d.stop), Some(StopReason::FileCut));
 }
 
 #[test]
@@ -1019,12 +1037,138 @@ fn lost_header_of_a_recycled_segment_ends_replay_instead_of_skipping_to_a_later_
     edit_file(&sim, "db-wal.0", |b| {
         b[..HEADER_BLOCK_BYTES as usize].copy_from_slice(&use1_header)
     });
-    let (_, got, s) = open_collect(sim_arc(&sim), SEG, release);
-    // Everything up to the lost use, and nothing after it: a prefix.
+    // Rule O15 makes this state impossible after a crash (use 3's file
+    // names use 4, whose header was durable before the link): the open
+    // refuses it as a missing use and changes nothing.
+    let before = all_files(&sim);
+    let err = open(sim_arc(&sim), DB, opts(SEG), release, &mut |_, _| Ok(()))
+        .expect_err("a use named by a link and gone is damage");
+    assert!(
+        err.is_corrupted() && err.to_string().contains("use missing"),
+        "{err}"
+    );
+    assert!(before == all_files(&sim), "a refused open changed the WAL");
+    // A salvage replays everything up to the lost use, and nothing after
+    // it: a prefix, never a skip to a later use.
+    let mut got = Vec::new();
+    let (_, s) = open(sim_arc(&sim), DB, salvage_opts(), release, &mut |lsn, p| {
+        got.push((lsn, p.to_vec()));
+        Ok(())
+    })
+    .expect("salvage");
     assert_eq!(got, uses23, "replay must stop at the gap");
     assert!(got.iter().all(|r| uses45.iter().all(|n| n.0 != r.0)));
     assert_eq!(s.uses_replayed, 2);
     assert!(s.uses_abandoned >= 1);
+    assert_eq!(s.damage.map(|d| d.stop), Some(StopReason::UseMissing));
+}
+
+/// Rule O15: a log of three uses, synced, with the newest use's file
+/// deleted, emptied, zeroed or replaced by a copy of an older use's file
+/// afterwards. Before, each opened the prefix without a word (the commits
+/// of the newest use silently gone); now each is refused as a missing use
+/// and changes nothing, and a salvage opens the prefix.
+#[test]
+fn a_newest_segment_deleted_zeroed_or_replaced_is_refused() {
+    let size = 488 - FRAME_HEADER_BYTES;
+    type Damage = fn(&SimVfs, &str);
+    let setups: [(&str, Damage); 4] = [
+        ("deleted", |sim, newest| sim.remove(newest).unwrap()),
+        ("emptied", |sim, newest| {
+            edit_file(sim, newest, |b| b.truncate(100))
+        }),
+        ("zeroed", |sim, newest| {
+            edit_file(sim, newest, |b| b.fill(0))
+        }),
+        ("replaced by an older use's file", |sim, newest| {
+            // Moved over it (a copy beside the original is refused as two
+            // names for one use).
+            let old = sim.file_bytes("db-wal.0").unwrap();
+            edit_file(sim, newest, |b| *b = old.clone());
+            sim.remove("db-wal.0").unwrap();
+        }),
+    ];
+    for (what, damage) in setups {
+        let sim = SimVfs::new();
+        let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        let records = append_n(&wal, 0, 60, &[size]);
+        wal.sync().unwrap();
+        assert_eq!(wal.segment_files(), 3, "{what}: three uses");
+        drop(wal);
+        let newest = "db-wal.2";
+        let first_lost = records
+            .iter()
+            .position(|r| locate(&sim, r.0).0 == newest)
+            .unwrap();
+        damage(&sim, newest);
+        let before = all_files(&sim);
+        let err = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())).expect_err(what);
+        assert!(err.is_corrupted(), "{what}: {err}");
+        assert!(
+            err.to_string().contains("db-wal."),
+            "{what}: names a WAL file: {err}"
+        );
+        assert!(
+            before == all_files(&sim),
+            "{what}: a refused open changed the WAL"
+        );
+        let mut got = Vec::new();
+        let (_, s) = open(sim_arc(&sim), DB, salvage_opts(), Lsn(0), &mut |lsn, p| {
+            got.push((lsn, p.to_vec()));
+            Ok(())
+        })
+        .expect(what);
+        assert!(got == records[..first_lost], "{what}: not the prefix");
+        let d = s.damage.expect("salvage reports the damage");
+        assert_eq!(d.stop_lsn, records[first_lost].0, "{what}");
+        // A file cut to its header still holds the use: a cut (O14 and
+        // O15), not a missing use.
+        let reason = match what {
+            "emptied" => StopReason::FileCut,
+            _ => StopReason::UseMissing,
+        };
+        assert_eq!(d.stop, reason, "{what}");
+    }
+}
+
+/// The links never make a crash look like damage (rule O15's order: the
+/// new use's header durable, then the link, then the new use's frames):
+/// the disk dies at every storage operation of a log switching through
+/// new and recycled files, then a power cut keeps a random part of what
+/// was not synced. The reopen must report no damage and keep every
+/// record acknowledged durable.
+#[test]
+fn a_power_cut_at_any_switch_step_is_never_taken_for_a_missing_use() {
+    let size = 488 - FRAME_HEADER_BYTES;
+    for n in 1..260u64 {
+        let sim = SimVfs::new();
+        let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+        sim.fail_from(n, Fault::Eio);
+        let (mut acked, mut from) = (Lsn(0), Lsn(0));
+        for i in 0..80u64 {
+            let Ok((lsn, end)) = wal.append(&payload(i, size)) else {
+                break;
+            };
+            if i % 2 == 1 {
+                if wal.wait_durable(end).is_err() {
+                    break;
+                }
+                acked = end;
+                if i == 31 {
+                    // A checkpoint at this durable record: the uses
+                    // below it are recycled by later switches.
+                    from = lsn;
+                    wal.release_before(from);
+                }
+            }
+        }
+        let image = sim.crash(n);
+        drop(wal);
+        let (_, got, s) = open_collect(sim_arc(&image), SEG, from);
+        assert_eq!(s.damage, None, "n {n}");
+        let got_end = got.last().map_or(from, end_of);
+        assert!(got_end >= acked, "n {n}: lost acknowledged records");
+    }
 }
 
 #[test]
