@@ -924,6 +924,111 @@ fn files_in(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+/// Opened through a symlink, the database keeps its WAL beside the data
+/// file under the data file's own name. Before, the segments went beside
+/// the link under the link's name, so after a crash an open through the
+/// real name found only the log of an earlier open, and opened without
+/// the commits made through the link (a session-34 probe).
+#[test]
+fn a_database_opened_through_a_symlink_keeps_its_wal_beside_the_file() -> sheafdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = dir.path().join("r.sheaf");
+    let db = builder().create(&real)?;
+    put(&db, 0, 10);
+    db.close()?;
+    let link = dir.path().join("h.sheaf");
+    std::os::unix::fs::symlink(&real, &link)?;
+    let db = builder().open(&link)?;
+    for k in 10..50 {
+        put(&db, k, 1);
+    }
+    let names: Vec<String> = files_in(dir.path()).into_iter().map(|f| f.0).collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("h.sheaf-wal.")),
+        "WAL files named after the link: {names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("r.sheaf-wal.")),
+        "{names:?}"
+    );
+    // A crash, then an open through the real name: every commit is there.
+    std::mem::forget(db);
+    let copy = tempfile::tempdir()?;
+    for (name, bytes) in files_in(dir.path()) {
+        if name != "h.sheaf" {
+            std::fs::write(copy.path().join(name), bytes)?;
+        }
+    }
+    let db = builder().open(copy.path().join("r.sheaf"))?;
+    assert_eq!(db.begin_read()?.open_table(T)?.len()?, 50);
+    Ok(())
+}
+
+/// Child of [`a_relative_path_keeps_its_directory_after_a_chdir`]: opens
+/// `c.sheaf` by a relative path in `a`, changes the working directory to
+/// `b`, commits until the log needs new segment files, and exits without
+/// closing (a crash).
+#[test]
+#[ignore = "run as a child process by a_relative_path_keeps_its_directory_after_a_chdir"]
+fn chdir_child() {
+    let Ok(base) = std::env::var("SHEAF_CHDIR_BASE") else {
+        return;
+    };
+    let base = std::path::PathBuf::from(base);
+    std::env::set_current_dir(base.join("a")).unwrap();
+    let small = builder()
+        .wal_segment_bytes(32 * 1024)
+        .wal_first_segment_bytes(8192);
+    let db = small.create("c.sheaf").unwrap();
+    put(&db, 0, 1);
+    std::env::set_current_dir(base.join("b")).unwrap();
+    for k in 1..300 {
+        put(&db, k, 1);
+    }
+    std::process::exit(0);
+}
+
+/// A database opened by a relative path keeps every file in the
+/// directory it was opened in when the process changes its working
+/// directory. Before, later segment files went to the new working
+/// directory, and the next open silently lacked the commits in them (a
+/// session-34 probe).
+#[test]
+fn a_relative_path_keeps_its_directory_after_a_chdir() {
+    let base = tempfile::tempdir().unwrap();
+    for d in ["a", "b"] {
+        std::fs::create_dir(base.path().join(d)).unwrap();
+    }
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "chdir_child", "--test-threads=1"])
+        .env("SHEAF_CHDIR_BASE", base.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child failed: {status}");
+    let strays: Vec<_> = files_in(&base.path().join("b"))
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "files made in the new working directory: {strays:?}"
+    );
+    let db = builder()
+        .open(base.path().join("a").join("c.sheaf"))
+        .unwrap();
+    assert_eq!(
+        db.begin_read()
+            .unwrap()
+            .open_table(T)
+            .unwrap()
+            .len()
+            .unwrap(),
+        300
+    );
+}
+
 /// A file that is not ours under a WAL segment's name (a user's text, a
 /// file of another program) is refused at open, and left as it was.
 /// Before, a file without a valid segment header was taken for free

@@ -707,18 +707,48 @@ impl Builder {
     }
 }
 
+/// The directory every later file operation of the database resolves
+/// its names in, and the data file's name there.
+///
+/// The directory is absolute: a relative one was resolved again at every
+/// operation, so a process that changed its working directory while the
+/// database was open created WAL segments in the new one (acknowledged
+/// commits missing at the next open, and a same-named database there lost
+/// its WAL; a session-34 probe). Symlinks are resolved, so the WAL files
+/// sit beside the data file itself, named after it: opened through a link,
+/// they used to go beside the link under its name, and a later open
+/// through the real name found an older log (the same probe).
 fn split_path(path: &Path) -> Result<(FsVfs, String)> {
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+    let no_name = |p: &Path| {
         Error::InvalidArgument(format!(
             "{} has no file name, or one that is not UTF-8",
-            path.display()
+            p.display()
         ))
-    })?;
-    let dir = match path.parent() {
+    };
+    path.file_name().ok_or_else(|| no_name(path))?;
+    let resolved = resolve_path(path);
+    let name = (resolved.file_name().and_then(|n| n.to_str())).ok_or_else(|| no_name(path))?;
+    let dir = match resolved.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
     Ok((FsVfs::new(dir), name.to_string()))
+}
+
+/// `path` made absolute, through symlinks where it exists (the file, or
+/// else its directory); as given, made absolute, where nothing resolves
+/// (the open's own error then names it).
+fn resolve_path(path: &Path) -> std::path::PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .join(name),
+        _ => abs,
+    }
 }
 
 /// An open database. Cheap to share: wrap it in an `Arc` or use it from

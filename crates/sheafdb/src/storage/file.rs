@@ -115,17 +115,23 @@ impl Vfs for FsVfs {
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {
-        self.path(name)?.try_exists()
+        let path = self.path(name)?;
+        path.try_exists()
+            .map_err(|e| with_path(&path.display().to_string(), e))
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        std::fs::remove_file(self.path(name)?)
+        let path = self.path(name)?;
+        std::fs::remove_file(&path).map_err(|e| with_path(&path.display().to_string(), e))
     }
 
+    // Errors name the path (a session-34 probe: "No such file or
+    // directory" for a missing directory named nothing).
     fn list(&self) -> io::Result<Vec<String>> {
+        let shown = || self.dir.display().to_string();
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.dir)? {
-            let entry = entry?;
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| with_path(&shown(), e))? {
+            let entry = entry.map_err(|e| with_path(&shown(), e))?;
             // Names that are not UTF-8 cannot be ours; skip them.
             if let Ok(name) = entry.file_name().into_string() {
                 names.push(name);
@@ -136,7 +142,8 @@ impl Vfs for FsVfs {
     }
 
     fn sync_dir(&self) -> io::Result<()> {
-        File::open(&self.dir)?.sync_all()
+        let shown = || self.dir.display().to_string();
+        (File::open(&self.dir).and_then(|d| d.sync_all())).map_err(|e| with_path(&shown(), e))
     }
 
     /// A hard link, then the old name's removal: the link fails if `to`
@@ -149,13 +156,19 @@ impl Vfs for FsVfs {
     }
 
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        let file = open_options(OpenMode::OpenOrCreate).open(self.path(name)?)?;
-        lock_result(name, file.try_lock(), file)
+        let path = self.path(name)?;
+        let shown = path.display().to_string();
+        let file =
+            (open_options(OpenMode::OpenOrCreate).open(&path)).map_err(|e| with_path(&shown, e))?;
+        lock_result(&shown, file.try_lock(), file)
     }
 
     fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        let file = open_options(OpenMode::ReadOnly).open(self.path(name)?)?;
-        lock_result(name, file.try_lock_shared(), file)
+        let path = self.path(name)?;
+        let shown = path.display().to_string();
+        let file =
+            (open_options(OpenMode::ReadOnly).open(&path)).map_err(|e| with_path(&shown, e))?;
+        lock_result(&shown, file.try_lock_shared(), file)
     }
 }
 
@@ -171,7 +184,7 @@ fn lock_result(
             io::ErrorKind::WouldBlock,
             format!("{name} is locked by another handle"),
         )),
-        Err(TryLockError::Error(e)) => Err(e),
+        Err(TryLockError::Error(e)) => Err(with_path(name, e)),
     }
 }
 
@@ -452,6 +465,23 @@ mod tests {
         let err = vfs.remove("a").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         vfs.sync_dir().unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let d = tempfile::tempdir().unwrap();
+        let vfs = FsVfs::new(d.path().join("nodir"));
+        let errs = [
+            vfs.list().unwrap_err(),
+            vfs.sync_dir().unwrap_err(),
+            vfs.lock("x").unwrap_err(),
+            vfs.lock_shared("x").unwrap_err(),
+            vfs.remove("x").unwrap_err(),
+        ];
+        for err in errs {
+            assert_eq!(err.kind(), io::ErrorKind::NotFound);
+            assert!(err.to_string().contains("nodir"), "{err}");
+        }
     }
 
     #[test]
