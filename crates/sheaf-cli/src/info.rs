@@ -132,6 +132,16 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
 
+/// `s` as one cell of the table listing: quoted and escaped (as the
+/// column family names are) if it holds a control character, so a table
+/// named with a newline cannot break the layout (a session-33 probe).
+fn one_line(s: &str) -> String {
+    match s.chars().any(char::is_control) {
+        true => format!("{s:?}"),
+        false => s.to_string(),
+    }
+}
+
 /// One row of the table listing: name, key and value types padded to
 /// their column's width, entries right-aligned. Padded by hand: a format
 /// width over 65,535 panics, and a type name may be longer than that.
@@ -214,9 +224,9 @@ fn to_text(path: &Path, f: &FileInfo, cfs: &[CfReport]) -> String {
             .iter()
             .map(|t| {
                 [
-                    t.name.clone(),
-                    t.key_type.clone(),
-                    t.value_type.clone(),
+                    one_line(&t.name),
+                    one_line(&t.key_type),
+                    one_line(&t.value_type),
                     thousands(t.entries),
                 ]
             })

@@ -1312,3 +1312,30 @@ fn a_hex_dump_of_other_types_is_refused() {
     ]));
     assert_eq!(again, hex);
 }
+
+/// A table name with a newline is shown quoted and escaped on one line
+/// of `info`, like a column family name (before, it broke the listing
+/// into a line that looked like another table; a session-33 probe).
+#[test]
+fn a_table_name_with_a_newline_stays_on_one_info_line() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nl.sheaf");
+    {
+        const T: sheafdb::TableDefinition<u64, u64> =
+            sheafdb::TableDefinition::new("first\nu64  u64  7");
+        let db = sheafdb::Database::create(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(T).unwrap().insert(1, 1).unwrap();
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+    let text = stdout_of(sheaf().arg("info").arg(&path));
+    assert!(text.contains("\"first\\nu64  u64  7\""), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with("u64  u64  7")),
+        "a name broke a line:\n{text}"
+    );
+}
