@@ -797,3 +797,44 @@ mod api_edges {
         db.backup_to(dir.path().join("ok.sheaf")).unwrap();
     }
 }
+
+/// A durable commit that changed nothing, in one column family, makes the
+/// earlier `Durability::None` commits of every column family durable,
+/// like any durable commit (README, "Durability"). Before, it waited only
+/// for its own CF's version, and another CF's `None` commit was lost to a
+/// crash right after it (a session-34 probe).
+#[test]
+fn an_empty_durable_commit_makes_other_cfs_none_commits_durable() -> Result<()> {
+    const T: sheafdb::TableDefinition<&str, u64> = sheafdb::TableDefinition::new("t");
+    for (policy, what) in [
+        (None, "process crash"),
+        (Some(CrashPolicy::DropAll), "power cut"),
+    ] {
+        for mode in [Durability::Immediate, Durability::Eventual] {
+            if mode == Durability::Eventual && policy.is_some() {
+                continue; // Eventual promises only a process crash.
+            }
+            let sim = SimVfs::new();
+            let db = common::builder()
+                .background_checkpoints(false)
+                .create_with_vfs(Arc::new(sim.clone()), "e.sheaf")?;
+            let other = db.cf_or_create("c2")?;
+            let mut tx = db.begin_write()?;
+            tx.set_durability(Durability::None);
+            tx.open_table(T)?.insert("b", 3)?;
+            tx.commit()?;
+            let mut empty = other.begin_write()?;
+            empty.set_durability(mode);
+            empty.commit()?;
+            let image = match policy {
+                None => sim.process_crash(),
+                Some(p) => sim.crash_with(7, p),
+            };
+            drop(db);
+            let db = common::builder().open_with_vfs(Arc::new(image), "e.sheaf")?;
+            let got = db.begin_read()?.open_table(T)?.get("b")?.map(|g| g.value());
+            assert_eq!(got, Some(3), "{what}, {mode:?}: the None commit was lost");
+        }
+    }
+    Ok(())
+}

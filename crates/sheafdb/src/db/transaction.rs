@@ -679,12 +679,19 @@ impl WriteTransaction {
         (self.shared).commit(&self.cf, &mut st, lock, self.durability, payload)
     }
 
-    /// Commits a transaction that changed nothing: no record, but the
-    /// state it read must be as durable as its mode promises.
+    /// Commits a transaction that changed nothing: no record, but it is as
+    /// durable as its mode promises, and like any durable commit it makes
+    /// the whole log so far as durable, every column family's earlier
+    /// `None` commits included (README: such a commit survives "a later
+    /// durable commit"). Before, it waited only for its own CF's version,
+    /// so another CF's `None` commit was lost to a crash after it (a
+    /// session-34 probe).
     fn commit_nothing(&self, st: &WriteState, lock: WriterGuard) -> Result<()> {
         drop(lock);
         self.shared.check_open()?;
-        self.shared.wait_durability(st.base.lsn, self.durability)
+        let end = self.shared.wal().next_lsn();
+        debug_assert!(end >= st.base.lsn, "the log ends before a version it holds");
+        self.shared.wait_durability(end, self.durability)
     }
 
     /// Discards every change.
