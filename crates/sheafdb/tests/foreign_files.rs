@@ -1064,3 +1064,138 @@ fn a_foreign_file_named_like_a_wal_segment_is_refused_and_kept() -> sheafdb::Res
     assert_eq!(db.begin_read()?.open_table(T)?.len()?, 10);
     Ok(())
 }
+
+/// Copies every file of `from` into a new temporary directory (hard links
+/// become separate files with the same bytes).
+fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    for (name, bytes) in files_in(from) {
+        std::fs::write(copy.path().join(name), bytes).unwrap();
+    }
+    copy
+}
+
+/// Rule O16 through the whole stack, in its plainest form: a new database
+/// commits into its first WAL file until the log makes a spare beside it,
+/// the process dies, and the first file is deleted. No other WAL file
+/// names that use, and the spare kept rule O13 quiet: the open found no
+/// use and opened empty, without an error. The data file's WAL anchor
+/// names the use now: the open is refused and changes nothing.
+#[test]
+fn a_deleted_only_wal_segment_beside_its_spare_is_refused() -> sheafdb::Result<()> {
+    const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+    let dir = tempfile::tempdir()?;
+    let db = Database::create(dir.path().join("x.sheaf"))?;
+    for k in 0..300u64 {
+        let tx = db.begin_write()?;
+        tx.open_table(T)?.insert(k, vec![1u8; 600].as_slice())?;
+        tx.commit()?;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !dir.path().join("x.sheaf-wal.1").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::mem::forget(db);
+    let copy = copy_dir(dir.path());
+    assert!(
+        copy.path().join("x.sheaf-wal.1").exists(),
+        "a spare beside the first file"
+    );
+    std::fs::remove_file(copy.path().join("x.sheaf-wal.0"))?;
+    let before = files_in(copy.path());
+    let err = Database::open(copy.path().join("x.sheaf"))
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("segment use 1"), "{err}");
+    assert_eq!(
+        files_in(copy.path()),
+        before,
+        "a refused open changed a file"
+    );
+    // Accepting the loss opens it as of its last checkpoint.
+    let db = builder()
+        .accept_missing_wal(true)
+        .open(copy.path().join("x.sheaf"))?;
+    db.check_integrity()?;
+    Ok(())
+}
+
+/// A data file opened under a second name (a hard link) keeps a WAL under
+/// that name; after a crash, an open through the first name found only
+/// that name's older log and opened without the commits made through the
+/// other (a session-34 probe). The anchor names the other log's use: the
+/// open is refused. And a cleanly closed data file beside another copy's
+/// log that holds records past its end is refused too, instead of
+/// replaying them into a state no copy had.
+#[test]
+fn a_data_file_opened_under_a_second_name_is_not_opened_without_its_log() -> sheafdb::Result<()> {
+    let b = || builder().background_checkpoints(false);
+    let dir = tempfile::tempdir()?;
+    let real = dir.path().join("r.sheaf");
+    let db = b().create(&real)?;
+    put(&db, 0, 10);
+    db.close()?;
+    std::fs::hard_link(&real, dir.path().join("h.sheaf"))?;
+    let db = b().open(dir.path().join("h.sheaf"))?;
+    for k in 10..400 {
+        put(&db, k, 1);
+    }
+    std::mem::forget(db);
+    let copy = copy_dir(dir.path());
+    let err = b().open(copy.path().join("r.sheaf")).map(drop).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    // Accepting the loss through the first name (which commits a little
+    // and closes cleanly), then the data file opened through the second
+    // name again: its log holds records past the clean close's end, from
+    // another history. Before, they were replayed into a state neither
+    // name had seen; now the open is refused.
+    let db = b()
+        .accept_missing_wal(true)
+        .open(copy.path().join("r.sheaf"))?;
+    put(&db, 5000, 5);
+    db.close()?;
+    std::fs::copy(copy.path().join("r.sheaf"), copy.path().join("h.sheaf"))?;
+    let before = files_in(copy.path());
+    let err = b().open(copy.path().join("h.sheaf")).map(drop).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("closed cleanly"), "{err}");
+    assert_eq!(
+        files_in(copy.path()),
+        before,
+        "a refused open changed a file"
+    );
+    Ok(())
+}
+
+/// A database created through a dangling symlink is made at the link's
+/// target; its WAL goes beside the target, under the target's name, where
+/// every later open through the link looks. Before, the WAL went beside
+/// the link (nothing resolved yet), and after a crash the open through
+/// the link found no WAL (a session-34 review).
+#[test]
+fn a_database_created_through_a_dangling_symlink_finds_its_wal() -> sheafdb::Result<()> {
+    let root = tempfile::tempdir()?;
+    let (real, links) = (root.path().join("real"), root.path().join("links"));
+    std::fs::create_dir(&real)?;
+    std::fs::create_dir(&links)?;
+    let link = links.join("alias.sheaf");
+    std::os::unix::fs::symlink(real.join("data.sheaf"), &link)?;
+    let db = builder().background_checkpoints(false).create(&link)?;
+    put(&db, 0, 50);
+    let names: Vec<String> = files_in(&links).into_iter().map(|f| f.0).collect();
+    assert_eq!(names, ["alias.sheaf"], "files beside the link");
+    let names: Vec<String> = files_in(&real).into_iter().map(|f| f.0).collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("data.sheaf-wal.")),
+        "{names:?}"
+    );
+    // A crash, then an open through a link to a copy of the target.
+    std::mem::forget(db);
+    let copy = copy_dir(&real);
+    let clink = root.path().join("copy-link.sheaf");
+    std::os::unix::fs::symlink(copy.path().join("data.sheaf"), &clink)?;
+    let db = builder().background_checkpoints(false).open(&clink)?;
+    assert_eq!(db.begin_read()?.open_table(T)?.len()?, 50);
+    Ok(())
+}

@@ -1201,14 +1201,18 @@ fn build_two_tables() -> Files {
     files_of(&vfs)
 }
 
-/// `files` with `payloads` appended to the WAL as records after its end.
+/// `files` with `payloads` appended to the WAL as records after its end,
+/// and the base marked as needing its WAL, as an open that went on to
+/// commit them would have left it (a cleanly closed base beside records
+/// past its end is refused as another copy's log).
 fn with_records(files: &Files, payloads: &[Vec<u8>]) -> SimVfs {
-    let vfs = restore(
-        files,
-        &Image {
-            bytes: files[NAME].clone(),
-        },
-    );
+    let mut required = Image {
+        bytes: files[NAME].clone(),
+    };
+    assert!(edit_superblocks(&mut required, |sb| {
+        sb.wal_mark = sheafdb::testing::WalMark::Required;
+    }));
+    let vfs = restore(files, &required);
     let sb = superblock(&Image {
         bytes: files[NAME].clone(),
     });

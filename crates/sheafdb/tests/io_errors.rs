@@ -111,3 +111,72 @@ fn poisoned_database_refuses_writes_until_reopened() {
         .unwrap();
     tx.commit().unwrap();
 }
+
+/// A fault at any step of a commit that switches to a new WAL segment
+/// file (its creation, zero fill, header, link, anchor, frames), then a
+/// crash, an open, a clean close and another open: both opens succeed
+/// with every acknowledged commit. Before, a fault in the zero fill left
+/// a header in a short file with no frame; the first open kept it, the
+/// close moved the replay start past it, and every later open refused
+/// the log as cut short (a session-34 probe found 27 such cases).
+#[test]
+fn a_fault_during_a_segment_switch_leaves_a_database_that_opens_after_a_close() {
+    const ROWS: sheafdb::TableDefinition<u64, &[u8]> = sheafdb::TableDefinition::new("rows");
+    let b = || {
+        common::builder()
+            .background_checkpoints(false)
+            .wal_segment_bytes(64 * 1024)
+            .wal_first_segment_bytes(16 * 1024)
+    };
+    let rows = |db: &sheafdb::Database| {
+        db.begin_read()
+            .unwrap()
+            .open_table(ROWS)
+            .unwrap()
+            .len()
+            .unwrap()
+    };
+    for fault in [Fault::Eio, Fault::NoSpace] {
+        for n in 1..16u64 {
+            for crash in 0..3 {
+                let ctx = format!("{fault:?} at op {n}, crash kind {crash}");
+                let vfs = SimVfs::new();
+                let db = b()
+                    .create_with_vfs(std::sync::Arc::new(vfs.clone()), "s.sheaf")
+                    .unwrap();
+                for i in 1..=3u64 {
+                    let tx = db.begin_write().unwrap();
+                    tx.open_table(ROWS)
+                        .unwrap()
+                        .insert(i, vec![1u8; 3000].as_slice())
+                        .unwrap();
+                    tx.commit().unwrap();
+                }
+                vfs.fail_op(n, fault);
+                let tx = db.begin_write().unwrap();
+                tx.open_table(ROWS)
+                    .unwrap()
+                    .insert(4, vec![2u8; 3000].as_slice())
+                    .unwrap();
+                let acked = 3 + u64::from(tx.commit().is_ok());
+                let image = match crash {
+                    0 => vfs.clone(),
+                    1 => vfs.process_crash(),
+                    _ => vfs.crash_with(n, CrashPolicy::KeepAll),
+                };
+                drop(db);
+                image.clear_faults();
+                let db = b()
+                    .open_with_vfs(std::sync::Arc::new(image.clone()), "s.sheaf")
+                    .unwrap_or_else(|e| panic!("{ctx}: first open: {e}"));
+                assert!(rows(&db) >= acked, "{ctx}: lost a commit");
+                db.close().unwrap();
+                let db = b()
+                    .open_with_vfs(std::sync::Arc::new(image.process_crash()), "s.sheaf")
+                    .unwrap_or_else(|e| panic!("{ctx}: open after a clean close: {e}"));
+                assert!(rows(&db) >= acked, "{ctx}: lost a commit");
+                db.check_integrity().unwrap();
+            }
+        }
+    }
+}

@@ -737,12 +737,25 @@ fn split_path(path: &Path) -> Result<(FsVfs, String)> {
 
 /// `path` made absolute, through symlinks where it exists (the file, or
 /// else its directory); as given, made absolute, where nothing resolves
-/// (the open's own error then names it).
+/// (the open's own error then names it). A dangling symlink is followed
+/// to where its target would be, which is where `create` makes the file
+/// (a session-34 review: the WAL went beside the link, and an open
+/// through the link after a crash looked beside the target).
 fn resolve_path(path: &Path) -> std::path::PathBuf {
     if let Ok(real) = std::fs::canonicalize(path) {
         return real;
     }
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // At most as many links as the kernel follows (ELOOP past 40).
+    for _ in 0..40 {
+        let Ok(target) = std::fs::read_link(&abs) else {
+            break;
+        };
+        abs = match abs.parent() {
+            Some(dir) => dir.join(target),
+            None => target,
+        };
+    }
     match (abs.parent(), abs.file_name()) {
         (Some(dir), Some(name)) => std::fs::canonicalize(dir)
             .unwrap_or_else(|_| dir.to_path_buf())

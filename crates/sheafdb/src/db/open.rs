@@ -138,6 +138,8 @@ fn open_wal(
     let mut opts = wal_options_for(shared);
     opts.superblock_damaged = superblock_damaged;
     opts.salvage = shared.options.salvage_damaged_wal;
+    opts.anchor = wal_anchor(shared)?;
+    opts.log_ended = shared.ckpt.sys.lock().wal_mark == WalMark::NotRequired;
     let mut replayer = Replayer::new(shared.clone());
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
         replayer.apply(lsn, payload)
@@ -164,6 +166,10 @@ fn open_wal(
             .expect("one open, one replay");
     }
     let skipped = wal.skip_to(floor);
+    if !shared.health.is_read_only() {
+        // Rule O16: the anchor follows the log from here on.
+        wal.start_anchoring(announcer(shared))?;
+    }
     shared.wal.set(Arc::new(wal)).expect("WAL opened once");
     shared
         .replayed_records
@@ -208,6 +214,36 @@ fn open_wal(
         "O13: a read-write open leaves a base that requires its WAL"
     );
     Ok(())
+}
+
+/// The WAL anchor the data file holds (rule O16), for open to check the
+/// log against: only under a base that says the WAL is required (a clean
+/// close needs no log), and not when the caller accepts a missing WAL.
+fn wal_anchor(shared: &DbShared) -> Result<Option<wal::Anchor>> {
+    let (mark, db_id) = {
+        let sys = shared.ckpt.sys.lock();
+        (sys.wal_mark, sys.db_id)
+    };
+    if mark != WalMark::Required || shared.options.accept_missing_wal {
+        return Ok(None);
+    }
+    let storage = shared.space.pager.storage();
+    if storage.len()? < wal::ANCHOR_OFFSET + wal::ANCHOR_BYTES as u64 {
+        return Ok(None);
+    }
+    let mut sector = vec![0u8; wal::ANCHOR_BYTES];
+    storage.read_at(wal::ANCHOR_OFFSET, &mut sector)?;
+    Ok(wal::Anchor::decode(&sector, db_id))
+}
+
+/// Writes a WAL anchor into the data file and syncs it (rule O16).
+fn announcer(shared: &DbShared) -> wal::Announcer {
+    let storage = Arc::clone(shared.space.pager.storage());
+    wal::Announcer(Arc::new(move |bytes: &[u8]| {
+        debug_assert_eq!(bytes.len(), wal::ANCHOR_BYTES);
+        storage.write_at(wal::ANCHOR_OFFSET, bytes)?;
+        storage.sync_data()
+    }))
 }
 
 /// Rule O13 (reader side): a base that says the WAL is required, with no

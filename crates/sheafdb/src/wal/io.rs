@@ -16,9 +16,11 @@
 use std::io;
 use std::sync::Arc;
 
+use super::anchor::{Anchor, AnchorKind, Announcer};
 use super::layout::{FrameRun, Step};
 use super::segment::{segment_name, SegmentHeader, UseLink, HEADER_BLOCK_BYTES, LINK_OFFSET};
 use crate::storage::{OpenMode, Storage, Vfs};
+use crate::types::Lsn;
 
 /// Size of each zero-filling write when preallocating a segment.
 const PREALLOCATE_CHUNK_BYTES: u64 = 1 << 20;
@@ -35,6 +37,12 @@ pub(crate) struct SegmentIo {
     dirty: Vec<usize>,
     /// A use's header was written since the last `sync_dirty` (rule O11).
     header_unsynced: bool,
+    /// Writes the WAL anchor into the data file (rule O16); `None` for a
+    /// log without a data file (the WAL's own tests) or a read-only one.
+    announcer: Option<Announcer>,
+    /// The use a durable `Begun` anchor names, as `(seq, salt)`; `None`
+    /// once an `Ended` anchor stands (or before the first).
+    anchored: Option<(u64, u64)>,
 }
 
 /// What one call to [`SegmentIo::write_steps`] did, for statistics.
@@ -58,7 +66,51 @@ impl SegmentIo {
             files,
             dirty: Vec::new(),
             header_unsynced: false,
+            announcer: None,
+            anchored: None,
         }
+    }
+
+    /// From now on, anchors go through `announcer` (rule O16).
+    pub fn set_announcer(&mut self, announcer: Announcer) {
+        self.announcer = Some(announcer);
+    }
+
+    /// Writes `anchor` (durably) if there is an announcer, and remembers
+    /// the use a `Begun` anchor names.
+    pub fn announce(&mut self, anchor: Anchor) -> io::Result<()> {
+        let Some(announce) = &self.announcer else {
+            return Ok(());
+        };
+        debug_assert!(
+            !self.header_unsynced || anchor.kind == AnchorKind::Ended,
+            "O16: a use anchored before its header is durable"
+        );
+        (announce.0)(&anchor.encode())?;
+        self.anchored = match anchor.kind {
+            AnchorKind::Begun => Some((anchor.seq, anchor.salt)),
+            AnchorKind::Ended => None,
+        };
+        Ok(())
+    }
+
+    /// Rule O16: before the file of the use `(seq, salt)`, which ended at
+    /// `end`, is overwritten or deleted, a `Begun` anchor naming it is
+    /// replaced by an `Ended` one (the use lies below the release point,
+    /// so below the replay start of a durable checkpoint): an open after
+    /// a crash then does not miss it.
+    pub fn unanchor(&mut self, db_id: u64, (seq, salt, end): (u64, u64, Lsn)) -> io::Result<()> {
+        if self.anchored != Some((seq, salt)) {
+            return Ok(());
+        }
+        debug_assert!(self.announcer.is_some(), "anchored without an announcer");
+        self.announce(Anchor {
+            kind: AnchorKind::Ended,
+            db_id,
+            seq,
+            salt,
+            lsn: end,
+        })
     }
 
     /// Deletes slot `slot`'s file (the writer gave it back: it holds no
@@ -86,7 +138,14 @@ impl SegmentIo {
                     slot,
                     header,
                     preallocate,
-                } => self.begin_use(*slot, header, *preallocate)?,
+                    replaces,
+                } => {
+                    if let Some(old) = replaces {
+                        self.unanchor(header.db_id, *old)?;
+                    }
+                    self.begin_use(*slot, header, *preallocate)?;
+                    self.anchor_use(header)?;
+                }
                 Step::Link { slot, link } => self.link_use(*slot, link)?,
                 Step::Frames(run) => {
                     self.write_run(run)?;
@@ -189,6 +248,20 @@ impl SegmentIo {
         Ok(())
     }
 
+    /// Rule O16: the new use's header is durable, then the anchor names
+    /// it (durably), before any frame of the use is written: a crash never
+    /// leaves an anchor naming a use whose header is not on disk, and
+    /// every frame of a use has a durable anchor (or a successor's)
+    /// naming it or a later use.
+    fn anchor_use(&mut self, header: &SegmentHeader) -> io::Result<()> {
+        if self.announcer.is_none() {
+            return Ok(());
+        }
+        self.headers_in_order()?;
+        debug_assert!(!self.header_unsynced, "O16: the header is not durable");
+        self.announce(Anchor::begun(header))
+    }
+
     /// Rule O15: writes `link` into slot `slot`'s header block (the use
     /// the one just begun continues) and makes it durable, after the new
     /// use's header and before any frame of the new use. A durable link
@@ -205,8 +278,17 @@ impl SegmentIo {
         Ok(())
     }
 
-    /// Creates (if missing) slot `slot`'s file, writes `header_block` and
-    /// zeros up to exactly `segment_bytes`, and makes it all durable.
+    /// Creates (if missing) slot `slot`'s file, fills it with zeros up to
+    /// exactly `segment_bytes`, makes that durable, then writes
+    /// `header_block` and makes it durable.
+    ///
+    /// The header goes in last: a fill that fails (a full disk, an I/O
+    /// error) leaves a file without a header, which the next open takes
+    /// for free space. Written first, it left a use in a file shorter than
+    /// its header says, with no frame: the open after it kept the use, a
+    /// later checkpoint moved the replay start past its start, and every
+    /// open after a clean close refused the log as cut short (rule O14; a
+    /// session-34 probe).
     fn preallocate(
         &mut self,
         slot: usize,
@@ -215,12 +297,13 @@ impl SegmentIo {
     ) -> io::Result<()> {
         let created = self.ensure_open(slot, OpenMode::OpenOrCreate)?;
         let file = Arc::clone(self.file(slot)?);
-        file.write_at(0, header_block)?;
-        zero_fill(&*file, HEADER_BLOCK_BYTES, segment_bytes)?;
+        zero_fill(&*file, 0, segment_bytes)?;
         file.sync_data()?;
         if created {
             self.vfs.sync_dir()?;
         }
+        file.write_at(0, header_block)?;
+        file.sync_data()?;
         Ok(())
     }
 

@@ -46,6 +46,7 @@ const RECYCLED_BUF_MAX_BYTES: usize = 4 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct UseMeta {
     pub seq: u64,
+    pub salt: u64,
     pub start: Lsn,
     /// Where the use stopped taking records; `None` while it is open.
     pub end: Option<Lsn>,
@@ -68,6 +69,16 @@ pub(crate) struct SlotMeta {
     /// A spare made ahead of need ([`Layout::reserve_spare`]) that no use
     /// has taken yet (its first use counts as a creation, not a recycle).
     pub spare: bool,
+}
+
+impl UseMeta {
+    /// `(seq, salt, end)` of a use whose file is about to go (a recycle
+    /// or a give-back): closed, so its end is known; an open use's file
+    /// never goes, and its start stands in.
+    pub fn ended(self) -> (u64, u64, Lsn) {
+        debug_assert!(self.end.is_some(), "the file of an open use is replaced");
+        (self.seq, self.salt, self.end.unwrap_or(self.start))
+    }
 }
 
 impl SlotMeta {
@@ -99,6 +110,10 @@ pub(crate) enum Step {
         slot: usize,
         header: SegmentHeader,
         preallocate: bool,
+        /// The use the slot held before (its header is overwritten), as
+        /// `(seq, salt, end)`: if the WAL anchor names it, the anchor is
+        /// moved off it first (rule O16).
+        replaces: Option<(u64, u64, Lsn)>,
     },
     /// Frames to write back to back.
     Frames(FrameRun),
@@ -400,6 +415,20 @@ impl Layout {
         self.released_lsn = self.released_lsn.max(lsn);
     }
 
+    /// Slot numbers the layout tracks (existing or not).
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// `(seq, salt)` of the use the next one continues (`(0, 0)` for a
+    /// new chain): what an `Ended` anchor names.
+    pub fn continued_use(&self) -> (u64, u64) {
+        match self.link_from {
+            Some(l) if l.salt == self.prev_salt && self.prev_salt != 0 => (l.seq, l.salt),
+            _ => (0, self.prev_salt),
+        }
+    }
+
     /// Number of slots that exist or will once queued steps run.
     pub fn slot_files(&self) -> usize {
         self.slots.iter().filter(|s| s.exists).count()
@@ -481,11 +510,13 @@ impl Layout {
             self.switches.recycled += 1;
         }
         let preallocate = meta.bytes != bytes;
+        let replaces = meta.holds.map(UseMeta::ended);
         *meta = SlotMeta {
             exists: true,
             bytes,
             holds: Some(UseMeta {
                 seq,
+                salt: header.salt,
                 start,
                 end: None,
             }),
@@ -496,6 +527,7 @@ impl Layout {
             slot,
             header,
             preallocate,
+            replaces,
         });
         if let Some(from) = linked {
             let link = UseLink {
@@ -771,6 +803,13 @@ impl Layout {
         true
     }
 
+    /// `(seq, salt, end)` of the use slot `slot` holds, if any.
+    /// (A closed use only: an open use's file is never given back.)
+    pub fn held_by(&self, slot: usize) -> Option<(u64, u64, Lsn)> {
+        let u = self.slots.get(slot)?.holds?;
+        u.end.is_some().then(|| u.ended())
+    }
+
     /// Free segment files (no live use) to delete so that at most
     /// `keep_bytes` of free files remain, smallest first (larger ones serve
     /// more records when the log is busy again). The open use's file is
@@ -891,6 +930,7 @@ mod tests {
                     slot,
                     header,
                     preallocate,
+                    ..
                 } => Some((*slot, *header, *preallocate)),
                 _ => None,
             })

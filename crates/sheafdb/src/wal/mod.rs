@@ -57,6 +57,7 @@
 //!   salt), so bytes after a torn tail can never extend the log later.
 //! - No mutex is held during I/O.
 
+mod anchor;
 mod frame;
 mod io;
 mod layout;
@@ -77,6 +78,7 @@ use parking_lot::{Condvar, MutexGuard};
 
 use crate::lock_rank::{ranks, RankedMutex};
 
+pub use anchor::{Anchor, AnchorKind, Announcer, ANCHOR_BYTES, ANCHOR_OFFSET};
 pub use frame::FRAME_HEADER_BYTES;
 pub use replay::{LogDamage, ReplaySummary};
 pub use segment::{FIRST_LSN, HEADER_BLOCK_BYTES, MIN_SEGMENT_BYTES};
@@ -100,7 +102,7 @@ use self::layout::{
     steps_end, Layout, LinkFrom, PreparedFrame, Resume, SegmentSizes, SlotMeta, Step, UseMeta,
 };
 use self::replay::{Recovered, ScannedSlot};
-use crate::error::{Error, PoisonCause, Result};
+use crate::error::{Error, PoisonCause, Result, WAL_MISSING_HINT};
 use crate::storage::{Storage, Vfs};
 use crate::types::Lsn;
 
@@ -138,6 +140,13 @@ pub struct WalOptions {
     /// (`ReplaySummary::damage`), open the log up to the damage instead of
     /// failing with `Corrupted`: the records after it are given up.
     pub salvage: bool,
+    /// The WAL anchor the data file holds (rule O16), when its base says
+    /// the WAL is required: open refuses a log that no longer reaches the
+    /// use it names. `None` checks nothing.
+    pub anchor: Option<Anchor>,
+    /// The data file's base says the log holds nothing past `from` (a
+    /// clean close): a record there belongs to another copy's log.
+    pub log_ended: bool,
 }
 
 impl WalOptions {
@@ -154,6 +163,8 @@ impl WalOptions {
             read_only: false,
             superblock_damaged: false,
             salvage: false,
+            anchor: None,
+            log_ended: false,
         }
     }
 
@@ -310,6 +321,28 @@ pub fn open(
     let scanned = replay::scan_segments(&*vfs, name, opts.read_only)?;
     replay::check_identity(&scanned, name, &opts)?;
     let recovered = replay::replay(&scanned, name, from, opts.salvage, apply)?;
+    // After replay, so that damage it can name precisely (a cut, a use a
+    // link names) is reported as such; a salvage accepts what is missing.
+    let anchor = opts.anchor.filter(|_| !opts.salvage);
+    if let Some(missing) = anchor.and_then(|a| a.missing(&scanned, from)) {
+        return Err(Error::WalMismatch(format!(
+            "{name}: {missing}: the newest WAL file was deleted, emptied or replaced, and the \
+             commits in it are missing; nothing was changed. Put the WAL files back \
+             {WAL_MISSING_HINT}"
+        )));
+    }
+    if opts.log_ended && recovered.summary.records_replayed > 0 {
+        // A clean close covered the whole log, and records are appended
+        // only after an open wrote "required" again (rule O13): these are
+        // another copy's (a second name for the data file, or a WAL copied
+        // in). Applying them would build a state no copy had.
+        return Err(Error::WalMismatch(format!(
+            "{name} was closed cleanly with its log ending at LSN {}, but the WAL files beside \
+             it hold {} records after that: they belong to another copy of this database \
+             (opened under another name, or copied); nothing was changed",
+            from.0, recovered.summary.records_replayed
+        )));
+    }
     let resume = resume_after(&scanned, &recovered, &opts, from);
     let next_lsn = resume.next_lsn;
     let mut files: Vec<Option<Arc<dyn Storage>>> = vec![None; resume.slots.len()];
@@ -366,6 +399,7 @@ fn resume_after(scanned: &[ScannedSlot], rec: &Recovered, opts: &WalOptions, fro
         debug_assert!(end >= h.start_lsn);
         slots[scanned[i].slot].holds = Some(UseMeta {
             seq: h.seq,
+            salt: h.salt,
             start: h.start_lsn,
             end: Some(end),
         });
@@ -545,16 +579,28 @@ impl Wal {
             }
         }
         let before = st.layout.slot_bytes();
+        let held: Vec<_> = (0..st.layout.slot_count())
+            .map(|i| st.layout.held_by(i))
+            .collect();
         let gone = st.layout.give_back(keep_bytes);
         if gone.is_empty() {
             return Ok(0);
         }
+        let held: Vec<_> = gone
+            .iter()
+            .map(|&i| held.get(i).copied().flatten())
+            .collect();
         let freed = before - st.layout.slot_bytes();
         // No spare may be made under these numbers until the files are gone.
         st.layout.set_deleting(&gone, true);
         let mut io = st.io.take().expect("I/O state is home between rounds");
         st.io_in_progress = true;
+        let db_id = self.opts.db_id;
         let outcome = MutexGuard::unlocked(st.inner(), || {
+            // Rule O16: the anchor leaves a use before its file goes.
+            for used in held.iter().flatten() {
+                io.unanchor(db_id, *used)?;
+            }
             gone.iter().try_for_each(|&slot| io.remove(slot))
         });
         st.layout.set_deleting(&gone, false);
@@ -564,6 +610,34 @@ impl Wal {
         // The files hold nothing needed: a failed deletion leaves a file
         // the writer no longer counts (recreated or reused later).
         outcome.map(|()| freed).map_err(Error::Io)
+    }
+
+    /// Rule O16: from now on the WAL anchor in the data file follows the
+    /// log through `announcer`; writes the anchor for the log as it is
+    /// now (it ends at the next LSN, after the use the next one continues),
+    /// so that no earlier anchor names a use this open may give back (an
+    /// abandoned use, or one the open's checkpoint releases). Called once,
+    /// after `skip_to`, before the first append, by a read-write open.
+    pub fn start_anchoring(&self, announcer: Announcer) -> Result<()> {
+        let mut st = self.state.lock();
+        if self.opts.read_only {
+            return Ok(());
+        }
+        debug_assert!(
+            !st.io_in_progress && !st.layout.begin_pending(),
+            "anchoring starts before the first append"
+        );
+        let (seq, salt) = st.layout.continued_use();
+        let anchor = Anchor {
+            kind: AnchorKind::Ended,
+            db_id: self.opts.db_id,
+            seq,
+            salt,
+            lsn: st.layout.next_lsn,
+        };
+        let io = st.io.as_mut().expect("I/O state is home between rounds");
+        io.set_announcer(announcer);
+        io.announce(anchor).map_err(Error::Io)
     }
 
     /// Makes sure a segment file exists durably (file and directory

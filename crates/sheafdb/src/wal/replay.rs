@@ -228,9 +228,22 @@ fn scan_one(vfs: &dyn Vfs, db_name: &str, slot: usize, read_only: bool) -> Resul
 /// Anything else is not ours: the open refuses it rather than delete or
 /// overwrite it as free space (a session-34 probe: a user's text file
 /// named `NAME-wal.2` was deleted without a word).
+///
+/// A header of ours whose magic was damaged is ours too: with the magic
+/// put back it decodes (its crc covers the magic), and is then damage for
+/// replay to find, not another program's file (a session-34 review). And
+/// a salvage (`WalOptions::salvage`) takes every such file for free space,
+/// as before: the caller asked to get past what cannot be read.
 fn could_be_a_segment(block: &[u8]) -> bool {
     let magic = SegmentHeader::MAGIC;
-    (block.iter().zip(magic.iter())).all(|(&b, &m)| b == 0 || b == m)
+    if (block.iter().zip(magic.iter())).all(|(&b, &m)| b == 0 || b == m) {
+        return true;
+    }
+    let mut mended = block.to_vec();
+    if let Some(head) = mended.get_mut(..magic.len()) {
+        head.copy_from_slice(&magic);
+    }
+    SegmentHeader::decode(&mended).is_some()
 }
 
 /// Refuses a WAL that is not this data file's (issue 9 point 7): a
@@ -254,7 +267,7 @@ pub(crate) fn check_identity(
                 segment_name(db_name, s.slot)
             )));
         }
-        if s.foreign {
+        if s.foreign && !opts.salvage {
             return Err(Error::WalMismatch(format!(
                 "{} is named like a WAL segment of {db_name} but is not one (it begins like \
                  neither a segment nor zeros); rename or remove it (nothing was changed)",
@@ -465,11 +478,11 @@ fn cut_after_frames(
 /// A link is durable only after the header of the use it names, so no
 /// crash makes one point at nothing. Only a give-back or a recycle removes
 /// a use's file, and only once the use lies wholly below the replay start
-/// of a durable checkpoint; every use holds at least one frame, so such a
-/// use starts below `from`. A missing use that starts at or after `from`
-/// therefore held records replay needs: damage. (One that starts below
-/// `from` may have been given back, and is not checked: design.md "A
-/// missing newest segment" says what is left undetected.)
+/// of a durable checkpoint, so such a use starts at or below `from` (at
+/// `from` when it is empty: a round that failed after its header). A
+/// missing use that starts after `from` therefore held records replay
+/// needs: damage. (One that starts at or below `from` may have been given
+/// back; the WAL anchor covers the newest use, rule O16.)
 fn missing_successor(
     slots: &[ScannedSlot],
     db_name: &str,
@@ -485,7 +498,7 @@ fn missing_successor(
         s.header
             .is_some_and(|h| (h.seq, h.salt) == (link.next_seq, link.next_salt))
     });
-    if present || link.next_start != end || link.next_start < from {
+    if present || link.next_start != end || link.next_start <= from {
         return Ok(None);
     }
     let header = header_of(slots, cur);

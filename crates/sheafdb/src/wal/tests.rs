@@ -949,7 +949,11 @@ fn abandoned_and_mis_sized_segments_are_reused() {
     let (name, off) = locate(&sim, records[k].0);
     edit_file(&sim, &name, |b| b[off + 30] ^= 1);
     // A stray segment file of the wrong size, with no valid header.
-    sim.set_file_bytes("db-wal.20", vec![7u8; 5000]);
+    // (Its first bytes are zeros: anything else not a segment's is
+    // refused as another program's file, and kept.)
+    let mut stray = vec![7u8; 5000];
+    stray[..8].fill(0);
+    sim.set_file_bytes("db-wal.20", stray);
     let files_before = wal_files(&sim.file_names());
     let (wal, got, s) = open_collect(sim_arc(&sim), SEG, Lsn(0));
     assert_eq!(got, records[..k].to_vec());
@@ -1523,6 +1527,9 @@ fn garbage_in_a_headerless_file_decides_nothing_in_a_salvage() {
     let (name, off) = locate(&sim, records[80].0);
     edit_file(&sim, &name, |b| b[off + FRAME_HEADER_BYTES + 1] ^= 0x01);
     let mut junk = vec![0xA5u8; 8192];
+    // A header that starts with the magic and fails its crc (a file with
+    // no magic at all is refused as another program's).
+    junk[..8].copy_from_slice(b"SHEAFWAL");
     junk[4096 + 8..4096 + 16].copy_from_slice(&(COUNTER_LIMIT - 12288).to_le_bytes());
     sim.set_file_bytes("db-wal.9", junk);
     let (wal, s) = open(
@@ -1597,6 +1604,7 @@ fn crash_cycles(seed: u64, rounds: usize) {
         let mut got = Vec::new();
         let o = WalOptions {
             read_only,
+            anchor: read_anchor(sim),
             ..wopts()
         };
         let (wal, s) = open(sim_arc(sim), DB, o, from, &mut |l, p| {
@@ -1605,6 +1613,9 @@ fn crash_cycles(seed: u64, rounds: usize) {
         })
         .unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
         assert_eq!(s.damage, None, "{ctx}");
+        // Rule O16: the anchor follows the log, so every crash below also
+        // checks that no anchor ever names a use a crash lost.
+        wal.start_anchoring(sim_announcer(sim)).unwrap();
         (wal, got)
     };
     let mut sim = SimVfs::new();
@@ -1696,6 +1707,104 @@ fn no_damage_is_reported_over_crash_cycles() {
     // checkpoints, give-backs and retirements, with the marks advancing.
     for seed in 0..200 {
         crash_cycles(seed, 8);
+    }
+}
+
+// ---------------------------------------------------------------- anchor
+
+/// The file a WAL-only test keeps its anchor in (a data file stands in).
+const ANCHOR_FILE: &str = "db";
+
+/// Writes anchors into [`ANCHOR_FILE`] on `sim`, durably.
+fn sim_announcer(sim: &SimVfs) -> Announcer {
+    let file = sim
+        .open(ANCHOR_FILE, crate::storage::OpenMode::OpenOrCreate)
+        .unwrap();
+    Announcer(Arc::new(move |bytes: &[u8]| {
+        file.write_at(ANCHOR_OFFSET, bytes)?;
+        file.sync_data()
+    }))
+}
+
+/// The anchor in [`ANCHOR_FILE`] on `sim` (database identity 0), if any.
+fn read_anchor(sim: &SimVfs) -> Option<Anchor> {
+    let bytes = sim.file_bytes(ANCHOR_FILE)?;
+    let at = ANCHOR_OFFSET as usize;
+    Anchor::decode(bytes.get(at..at + ANCHOR_BYTES)?, 0)
+}
+
+/// Rule O16: with the log on one use (the first of a new log, which no
+/// file links to) and a spare beside it, the use's file deleted after a
+/// crash. Without the anchor the open found a file (the spare), no use,
+/// and opened an empty log; with it the open is refused and changes
+/// nothing. After a clean give-back of a fully checkpointed log the same
+/// anchor lets the open through.
+#[test]
+fn the_anchor_refuses_a_log_whose_newest_use_is_gone() {
+    let sim = SimVfs::new();
+    let o = || WalOptions {
+        anchor: read_anchor(&sim),
+        ..opts(SEG)
+    };
+    let (wal, _) = open(sim_arc(&sim), DB, o(), Lsn(0), &mut |_, _| Ok(())).unwrap();
+    wal.start_anchoring(sim_announcer(&sim)).unwrap();
+    let mut records = Records::new();
+    while wal.state.lock().layout.open_half_full() != Some(true) {
+        records.extend(append_n(&wal, records.len() as u64, 1, &[700]));
+    }
+    assert_eq!(wal.segment_files(), 1, "one use");
+    assert!(wal.prepare_spare().unwrap(), "a spare beside the only use");
+    assert_eq!(read_anchor(&sim).map(|a| a.kind), Some(AnchorKind::Begun));
+    drop(wal);
+    let image = sim.crash(1);
+    let names = image.file_names();
+    assert!(names.contains(&"db-wal.0".to_string()) && names.contains(&"db-wal.1".to_string()));
+    Vfs::remove(&image, "db-wal.0").unwrap();
+    let anchored = WalOptions {
+        anchor: read_anchor(&image),
+        ..opts(SEG)
+    };
+    let before = all_files(&image);
+    let err = open(sim_arc(&image), DB, anchored, Lsn(0), &mut |_, _| Ok(()))
+        .expect_err("the anchored use is gone");
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("segment use 1"), "{err}");
+    assert!(before == all_files(&image), "a refused open changed a file");
+    // The records are all there without the deletion.
+    let (_, got, _) = open_collect(sim_arc(&sim.crash(1)), SEG, Lsn(0));
+    assert!(got == records);
+}
+
+/// Rule O16 over a give-back: a log wholly checkpointed retires its
+/// (large) open file and gives it back; the anchor moves to "ended"
+/// first, so the open after a crash accepts a log with no use at all.
+#[test]
+fn a_given_back_anchored_use_does_not_fail_the_next_open() {
+    let sim = SimVfs::new();
+    let o = WalOptions {
+        min_segment_bytes: 8192,
+        ..opts(64 * 1024)
+    };
+    let (wal, _) = open(sim_arc(&sim), DB, o, Lsn(0), &mut |_, _| Ok(())).unwrap();
+    wal.start_anchoring(sim_announcer(&sim)).unwrap();
+    let records = append_n(&wal, 0, 80, &[400]);
+    let end = end_of(records.last().unwrap());
+    wal.release_before(end);
+    assert!(
+        wal.give_back(0, Retire::Any).unwrap() > 0,
+        "files given back"
+    );
+    assert_eq!(read_anchor(&sim).map(|a| a.kind), Some(AnchorKind::Ended));
+    drop(wal);
+    for seed in 0..20 {
+        let image = sim.crash(seed);
+        let anchored = WalOptions {
+            anchor: read_anchor(&image),
+            ..o
+        };
+        let (_, s) = open(sim_arc(&image), DB, anchored, end, &mut |_, _| Ok(()))
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(s.records_replayed, 0);
     }
 }
 
@@ -2024,4 +2133,59 @@ fn a_spare_given_back_unused_is_not_remade_for_the_same_use() {
     }
     assert_eq!(wal.stats().segments_created, created + 1);
     assert!(wal.file_bytes() < spare_bytes);
+}
+
+/// From a session-34 review of rule O15: a power cut after a switch's
+/// header and link were durable but before the new use's first frame was,
+/// a reopen, a checkpoint at the log end (the replay start is exactly
+/// where the empty use starts) and a give-back that keeps the older file:
+/// its link names a use no file holds, at the replay start. Nothing was
+/// lost, and the open must succeed (the check is strict: only a use that
+/// starts past the replay start must be there).
+#[test]
+fn an_empty_linked_use_given_back_is_not_a_missing_use() {
+    let size = 488 - FRAME_HEADER_BYTES;
+    let sim = SimVfs::new();
+    let (wal, _, _) = open_collect(sim_arc(&sim), SEG, Lsn(0));
+    let records = append_n(&wal, 0, 25, &[size]);
+    assert_eq!(wal.segment_files(), 1);
+    let s = wal.next_lsn();
+    let (lsn, end) = wal.append(&payload(99, size)).unwrap();
+    assert_eq!(lsn, s, "the record switched to a new use");
+    wal.wait_written(end).unwrap();
+    assert_eq!(wal.segment_files(), 2);
+    let image = sim.crash_with(0, CrashPolicy::DropAll);
+    drop(wal);
+    let (wal, got, sum) = open_collect(sim_arc(&image), SEG, Lsn(0));
+    assert!(got == records);
+    assert_eq!((sum.damage, wal.next_lsn()), (None, s));
+    wal.release_before(s);
+    wal.give_back(0, Retire::Large).unwrap();
+    drop(wal);
+    open(sim_arc(&image), DB, opts(SEG), s, &mut |_, _| Ok(()))
+        .unwrap_or_else(|e| panic!("a whole log was refused: {e}"));
+}
+
+/// From the same review: one damaged byte in the magic of a live
+/// segment's header is damage to report (and salvage past), not another
+/// program's file to refuse as foreign.
+#[test]
+fn a_flipped_bit_in_a_live_segments_magic_is_damage_not_a_foreign_file() {
+    let (sim, records) = sim_log(100);
+    let (name, _) = locate(&sim, records.last().unwrap().0);
+    edit_file(&sim, &name, |b| b[3] ^= 0x10);
+    if let Err(e) = open(sim_arc(&sim), DB, opts(SEG), Lsn(0), &mut |_, _| Ok(())) {
+        assert!(
+            !e.to_string().contains("not one"),
+            "reported as foreign: {e}"
+        );
+    }
+    open(
+        sim_arc(&sim),
+        DB,
+        salvage_opts(),
+        Lsn(0),
+        &mut |_, _| Ok(()),
+    )
+    .unwrap_or_else(|e| panic!("a salvage cannot open past it: {e}"));
 }
