@@ -772,19 +772,22 @@ fn a_clean_open_on_a_full_disk_fails_and_leaves_the_database_whole() {
 /// a hard link, overwrote the live segment: the following open refused
 /// the log, and a salvage kept 15 to 37 of 120 acknowledged rows (a
 /// session-33 probe of WAL damage).
-#[test]
-fn a_second_name_for_a_live_wal_segment_is_refused() -> sheafdb::Result<()> {
+/// Options whose WAL switches segments every few dozen commits.
+fn small_wal() -> sheafdb::Builder {
+    builder()
+        .background_checkpoints(false)
+        .wal_segment_bytes(32 * 1024)
+        .wal_first_segment_bytes(8192)
+}
+
+/// `d.sheaf` in a new directory after `n` commits of 600-byte values into
+/// table "t" (a checkpoint after the tenth) and a crash: `forget` keeps
+/// the lock, so callers open copies of the files.
+fn crashed_across_segments(n: u64) -> sheafdb::Result<tempfile::TempDir> {
     const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
-    let small = || {
-        builder()
-            .background_checkpoints(false)
-            .wal_segment_bytes(32 * 1024)
-            .wal_first_segment_bytes(8192)
-    };
     let dir = tempfile::tempdir()?;
-    let path = dir.path().join("d.sheaf");
-    let db = small().create(&path)?;
-    for k in 0..60u64 {
+    let db = small_wal().create(dir.path().join("d.sheaf"))?;
+    for k in 0..n {
         let tx = db.begin_write()?;
         tx.open_table(T)?.insert(k, vec![k as u8; 600].as_slice())?;
         tx.commit()?;
@@ -792,9 +795,17 @@ fn a_second_name_for_a_live_wal_segment_is_refused() -> sheafdb::Result<()> {
             db.checkpoint()?;
         }
     }
+    std::mem::forget(db);
+    Ok(dir)
+}
+
+#[test]
+fn a_second_name_for_a_live_wal_segment_is_refused() -> sheafdb::Result<()> {
+    const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+    let small = small_wal;
     // A crash: the log holds the last 50 commits (`forget` keeps the
     // lock, so the crashed state is opened from a copy of the files).
-    std::mem::forget(db);
+    let dir = crashed_across_segments(60)?;
     let snapshot = |d: &std::path::Path| -> std::io::Result<Vec<(String, Vec<u8>)>> {
         let mut v = Vec::new();
         for e in std::fs::read_dir(d)? {
@@ -843,27 +854,10 @@ fn a_second_name_for_a_live_wal_segment_is_refused() -> sheafdb::Result<()> {
 #[test]
 fn a_deleted_newest_wal_segment_is_refused_not_a_silent_prefix() -> sheafdb::Result<()> {
     const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
-    let small = || {
-        builder()
-            .background_checkpoints(false)
-            .wal_segment_bytes(32 * 1024)
-            .wal_first_segment_bytes(8192)
-    };
+    let small = small_wal;
     for zero in [false, true] {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("d.sheaf");
-        let db = small().create(&path)?;
-        for k in 0..80u64 {
-            let tx = db.begin_write()?;
-            tx.open_table(T)?.insert(k, vec![k as u8; 600].as_slice())?;
-            tx.commit()?;
-            if k == 9 {
-                db.checkpoint()?;
-            }
-        }
-        // A crash (`forget` keeps the lock: the files are opened from a
-        // copy), then the newest segment file goes.
-        std::mem::forget(db);
+        // A crash, then the newest segment file goes.
+        let dir = crashed_across_segments(80)?;
         let copy = tempfile::tempdir()?;
         let mut newest = (0u64, String::new());
         for e in std::fs::read_dir(dir.path())? {
