@@ -268,7 +268,7 @@ fn info_describes_the_file_and_every_table() {
     let f = fixture();
     let text = stdout_of(sheaf().arg("info").arg(&f.path));
     for needle in [
-        "format          version 3, page size 4,096",
+        "format          version 4, page size 4,096",
         "last close      clean",
         "column family \"metrics\": 3 tables, 11 entries",
         "(test::Celsius,u8)",
@@ -279,7 +279,7 @@ fn info_describes_the_file_and_every_table() {
 
     let json: Json =
         serde_json::from_str(&stdout_of(sheaf().arg("info").arg(&f.path).arg("--json"))).unwrap();
-    assert_eq!(json["format_version"], 3);
+    assert_eq!(json["format_version"], 4);
     assert_eq!(json["page_size"], 4096);
     assert_eq!(
         json["file_bytes"].as_u64().unwrap(),

@@ -673,7 +673,7 @@ fn a_failed_operation_in_an_idle_give_back_poisons_nothing() {
 }
 
 /// Format version 2 (before the WAL mark) opens, with no missing-WAL
-/// check, and a read-write open upgrades it: version 3, mark `Required`.
+/// check, and a read-write open upgrades it: version 4, mark `Required`.
 #[test]
 fn a_version_2_file_opens_and_is_upgraded() {
     let vfs = SimVfs::new();
@@ -710,7 +710,7 @@ fn a_version_2_file_opens_and_is_upgraded() {
         .unwrap();
     assert_eq!(
         ro.file_info().unwrap().format_version,
-        3,
+        4,
         "the build's version"
     );
     assert_eq!(count(&ro), 10);
@@ -718,13 +718,61 @@ fn a_version_2_file_opens_and_is_upgraded() {
     let db = open(&vfs).unwrap();
     assert_eq!(count(&db), 10);
     let (v, mark) = version(&vfs).unwrap();
-    assert_eq!(v, 3);
+    assert_eq!(v, 4);
     assert_eq!(mark, sheafdb::testing::WalMark::Required);
     put(&db, 10, 5);
     let image = vfs.process_crash();
     drop(db);
     delete_wal(&image);
     assert!(matches!(open(&image).map(drop), Err(Error::WalMismatch(_))));
+}
+
+/// Sets the format version of both superblock slots of `NAME` on `vfs`
+/// to `version`, resealing them (what a build of that format wrote).
+fn set_format_version(vfs: &SimVfs, version: u32) {
+    let mut file = vfs.file_bytes(NAME).unwrap();
+    for slot in 0..2 {
+        let b = &mut file[slot * 4096..slot * 4096 + SLOT_LEN];
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..SLOT_LEN - 4]);
+        b[SLOT_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+    vfs.set_file_bytes(NAME, file);
+}
+
+/// Rule O16 and format 4: the WAL anchor is trusted only under a base a
+/// build that keeps it wrote. A build of format 3 ignores the anchor, so
+/// after it ran on the file the anchor may name a use it gave back; under
+/// a format-3 base the open must not take that for lost commits. Under a
+/// format-4 base the same anchor is checked (and refuses).
+#[test]
+fn the_wal_anchor_is_checked_only_under_a_base_of_format_4() {
+    let vfs = SimVfs::new();
+    let db = create(&vfs).unwrap();
+    put(&db, 0, 10);
+    let image = vfs.process_crash();
+    drop(db);
+    // An anchor naming a use no file holds (as a format-3 build's
+    // give-back would leave it).
+    let mut file = image.file_bytes(NAME).unwrap();
+    let sb = Superblock::decode(&file[..SLOT_LEN], 0).unwrap().unwrap();
+    let mut anchor = vec![0u8; 512];
+    anchor[..8].copy_from_slice(b"SHEAFANC");
+    anchor[8..16].copy_from_slice(&sb.db_id.to_le_bytes());
+    anchor[16..20].copy_from_slice(&1u32.to_le_bytes());
+    anchor[24..32].copy_from_slice(&99u64.to_le_bytes());
+    anchor[32..40].copy_from_slice(&0x5A17u64.to_le_bytes());
+    anchor[40..48].copy_from_slice(&(1u64 << 30).to_le_bytes());
+    let crc = crc32c::crc32c(&anchor[..48]);
+    anchor[48..52].copy_from_slice(&crc.to_le_bytes());
+    file[1024..1536].copy_from_slice(&anchor);
+    image.set_file_bytes(NAME, file);
+    let err = open(&image).map(drop).unwrap_err();
+    assert!(matches!(err, Error::WalMismatch(_)), "{err}");
+    assert!(err.to_string().contains("segment use 99"), "{err}");
+    set_format_version(&image, 3);
+    let db = open(&image).unwrap();
+    assert_eq!(count(&db), 10);
 }
 
 /// Rule O13's cost at a full disk: a read-write open of a cleanly closed

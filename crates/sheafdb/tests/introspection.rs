@@ -46,7 +46,7 @@ fn file_info_describes_the_file_and_the_replay() -> Result<()> {
     let path = dir.path().join("i.sheaf");
     let db = Database::builder().page_size(8192).create(&path)?;
     let created = db.file_info()?;
-    assert_eq!(created.format_version, 3);
+    assert_eq!(created.format_version, 4);
     assert_eq!(created.page_size, 8192);
     assert!(created.clean && created.replayed_records == 0);
     assert!(!created.read_only);

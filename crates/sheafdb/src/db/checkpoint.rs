@@ -528,6 +528,7 @@ impl DbShared {
             replay_lsn,
             db_id: sys.db_id,
             written_pages,
+            anchor_kept: true,
         };
         debug_assert!(sys.slot <= 1, "superblock slot {} out of range", sys.slot);
         let slot = 1 - sys.slot;

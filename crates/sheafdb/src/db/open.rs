@@ -80,8 +80,13 @@ pub(super) fn open(
     if !read_only {
         make_durable(&*vfs, &*storage)?;
     }
+    // A new database is anchored from its first open on.
+    let mut anchor_kept = true;
     let (shared, superblock_damaged) = match read_superblock(&*storage)? {
-        Found::Database(sb, damaged) => (open_existing(opts, storage, lock, sb)?, damaged),
+        Found::Database(sb, damaged) => {
+            anchor_kept = sb.anchor_kept;
+            (open_existing(opts, storage, lock, sb)?, damaged)
+        }
         Found::Nothing | Found::Unfinished if create => {
             refuse_orphan_wal(&*vfs, name)?;
             (create_new(opts, storage, lock)?, false)
@@ -103,7 +108,7 @@ pub(super) fn open(
         }
         Found::Foreign(why) => return Err(Error::NotADatabase(format!("{name}: {why}"))),
     };
-    open_wal(&shared, vfs, name, superblock_damaged)?;
+    open_wal(&shared, vfs, name, superblock_damaged, anchor_kept)?;
     if !read_only {
         shared.start_threads()?;
     }
@@ -133,12 +138,13 @@ fn open_wal(
     vfs: Arc<dyn Vfs>,
     name: &str,
     superblock_damaged: bool,
+    anchor_kept: bool,
 ) -> Result<()> {
     let from = shared.ckpt.sys.lock().replay_lsn.max(FIRST_LSN);
     let mut opts = wal_options_for(shared);
     opts.superblock_damaged = superblock_damaged;
     opts.salvage = shared.options.salvage_damaged_wal;
-    opts.anchor = wal_anchor(shared)?;
+    opts.anchor = wal_anchor(shared)?.filter(|_| anchor_kept);
     opts.log_ended = shared.ckpt.sys.lock().wal_mark == WalMark::NotRequired;
     let mut replayer = Replayer::new(shared.clone());
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
@@ -219,6 +225,8 @@ fn open_wal(
 /// The WAL anchor the data file holds (rule O16), for open to check the
 /// log against: only under a base that says the WAL is required (a clean
 /// close needs no log), and not when the caller accepts a missing WAL.
+/// (The caller also drops it when the base is of format 3: a build
+/// before the anchor may have run on the file since it was written.)
 fn wal_anchor(shared: &DbShared) -> Result<Option<wal::Anchor>> {
     let (mark, db_id) = {
         let sys = shared.ckpt.sys.lock();

@@ -16,7 +16,12 @@ pub mod records;
 pub mod superblock;
 
 /// Version of the on-disk format written by this build.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
+
+/// The format before the WAL anchor (rule O16): read, with the anchor not
+/// trusted (an earlier build does not keep it up to date), and upgraded
+/// by the next checkpoint.
+pub const FORMAT_VERSION_NO_ANCHOR: u32 = 3;
 
 /// The format before the superblock's WAL mark (design.md "Format version
 /// history"): read as a mark of `WalMark::Unknown`, and upgraded by the

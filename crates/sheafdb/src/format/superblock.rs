@@ -46,7 +46,7 @@
 use crate::error::{Error, Location, Result};
 use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
 use crate::format::page::{MAX_PAGE_SIZE, MIN_PAGE_SIZE};
-use crate::format::{FORMAT_VERSION, FORMAT_VERSION_NO_WAL_MARK};
+use crate::format::{FORMAT_VERSION, FORMAT_VERSION_NO_ANCHOR, FORMAT_VERSION_NO_WAL_MARK};
 use crate::types::{CfId, Lsn, PageId, COUNTER_LIMIT};
 
 /// Magic bytes at the start of a slot.
@@ -93,6 +93,8 @@ const _: () = assert!(off::WRITTEN_PAGES == off::DB_ID + 8);
 const _: () = assert!(off::WAL_MARK == off::WRITTEN_PAGES + 8);
 const _: () = assert!(off::RESERVED == off::WAL_MARK + 4);
 const _: () = assert!(off::CRC == SLOT_LEN - 4);
+// Format 4 is the first that keeps the WAL anchor (`anchor_kept`).
+const _: () = assert!(FORMAT_VERSION_NO_ANCHOR + 1 == FORMAT_VERSION);
 const _: () = assert!(off::RESERVED <= off::CRC);
 const _: () = assert!(SLOT_LEN <= super::page::MIN_PAGE_SIZE);
 
@@ -125,6 +127,10 @@ pub struct Superblock {
     pub written_pages: u64,
     /// Whether an open needs a WAL file beside the data file (rule O13).
     pub wal_mark: WalMark,
+    /// Written by a build that keeps the WAL anchor (format 4, rule O16):
+    /// only then does an open check the log against it. Ignored by
+    /// `encode`, which always writes this build's format.
+    pub anchor_kept: bool,
 }
 
 /// What a superblock says about the WAL beside its data file (rule O13,
@@ -248,9 +254,9 @@ impl Superblock {
             return Err(bad("checksum mismatch"));
         }
         let version = read_u32(b, off::VERSION);
-        if version != FORMAT_VERSION && version != FORMAT_VERSION_NO_WAL_MARK {
+        if !(FORMAT_VERSION_NO_WAL_MARK..=FORMAT_VERSION).contains(&version) {
             return Err(Error::NotADatabase(format!(
-                "format version {version}, this build reads {FORMAT_VERSION_NO_WAL_MARK} and \
+                "format version {version}, this build reads {FORMAT_VERSION_NO_WAL_MARK} to \
                  {FORMAT_VERSION}"
             )));
         }
@@ -280,6 +286,7 @@ impl Superblock {
             db_id: read_u64(b, off::DB_ID),
             written_pages: read_u64(b, off::WRITTEN_PAGES),
             wal_mark,
+            anchor_kept: version > FORMAT_VERSION_NO_ANCHOR,
         };
         let between_page_size_and_id = b.get(off::GENERATION..off::DB_ID).unwrap_or_default();
         if sb.generation == 0
@@ -391,6 +398,7 @@ mod tests {
             db_id: 0xABCD,
             written_pages: 13,
             wal_mark: WalMark::Required,
+            anchor_kept: true,
         }
     }
 
@@ -401,6 +409,19 @@ mod tests {
         seal(&mut b);
         let sb = Superblock::decode(&b, 0).unwrap().unwrap();
         assert_eq!(sb.wal_mark, WalMark::Unknown);
+        assert!(!sb.anchor_kept);
+        // Version 3: the mark is read, the WAL anchor is not trusted.
+        let mut v3 = sample().encode();
+        put_u32(&mut v3, off::VERSION, FORMAT_VERSION_NO_ANCHOR);
+        seal(&mut v3);
+        let sb = Superblock::decode(&v3, 0).unwrap().unwrap();
+        assert_eq!((sb.wal_mark, sb.anchor_kept), (WalMark::Required, false));
+        assert!(
+            Superblock::decode(&sample().encode(), 0)
+                .unwrap()
+                .unwrap()
+                .anchor_kept
+        );
         put_u32(&mut b, off::VERSION, FORMAT_VERSION + 1);
         seal(&mut b);
         assert!(matches!(
@@ -414,6 +435,7 @@ mod tests {
         for mark in [WalMark::Unknown, WalMark::Required, WalMark::NotRequired] {
             let sb = Superblock {
                 wal_mark: mark,
+                anchor_kept: true,
                 ..sample()
             };
             assert_eq!(Superblock::decode(&sb.encode(), 0).unwrap(), Some(sb));
