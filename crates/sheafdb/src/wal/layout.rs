@@ -415,11 +415,6 @@ impl Layout {
         self.released_lsn = self.released_lsn.max(lsn);
     }
 
-    /// Slot numbers the layout tracks (existing or not).
-    pub fn slot_count(&self) -> usize {
-        self.slots.len()
-    }
-
     /// `(seq, salt)` of the use the next one continues (`(0, 0)` for a
     /// new chain): what an `Ended` anchor names.
     pub fn continued_use(&self) -> (u64, u64) {
@@ -803,11 +798,21 @@ impl Layout {
         true
     }
 
-    /// `(seq, salt, end)` of the use slot `slot` holds, if any.
-    /// (A closed use only: an open use's file is never given back.)
-    pub fn held_by(&self, slot: usize) -> Option<(u64, u64, Lsn)> {
-        let u = self.slots.get(slot)?.holds?;
-        u.end.is_some().then(|| u.ended())
+    /// What the layout knows of every slot now, for
+    /// [`Layout::restore_slots`].
+    pub fn slots_snapshot(&self) -> Vec<SlotMeta> {
+        self.slots.clone()
+    }
+
+    /// Puts back slots `gone` as `saved` had them: a give-back whose files
+    /// must stay after all (rule O16: the anchor could not move off them).
+    pub fn restore_slots(&mut self, gone: &[usize], saved: &[SlotMeta]) {
+        for &i in gone {
+            if let (Some(slot), Some(old)) = (self.slots.get_mut(i), saved.get(i)) {
+                debug_assert!(!slot.exists, "a slot given back exists again");
+                *slot = old.clone();
+            }
+        }
     }
 
     /// Free segment files (no live use) to delete so that at most

@@ -579,16 +579,14 @@ impl Wal {
             }
         }
         let before = st.layout.slot_bytes();
-        let held: Vec<_> = (0..st.layout.slot_count())
-            .map(|i| st.layout.held_by(i))
-            .collect();
+        let saved = st.layout.slots_snapshot();
         let gone = st.layout.give_back(keep_bytes);
         if gone.is_empty() {
             return Ok(0);
         }
-        let held: Vec<_> = gone
-            .iter()
-            .map(|&i| held.get(i).copied().flatten())
+        let held: Vec<_> = (gone.iter())
+            .filter_map(|&i| saved.get(i)?.holds.filter(|u| u.end.is_some()))
+            .map(UseMeta::ended)
             .collect();
         let freed = before - st.layout.slot_bytes();
         // No spare may be made under these numbers until the files are gone.
@@ -598,18 +596,24 @@ impl Wal {
         let db_id = self.opts.db_id;
         let outcome = MutexGuard::unlocked(st.inner(), || {
             // Rule O16: the anchor leaves a use before its file goes.
-            for used in held.iter().flatten() {
-                io.unanchor(db_id, *used)?;
+            for used in &held {
+                io.unanchor(db_id, *used).map_err(|e| (false, e))?;
             }
-            gone.iter().try_for_each(|&slot| io.remove(slot))
+            (gone.iter()).try_for_each(|&slot| io.remove(slot).map_err(|e| (true, e)))
         });
         st.layout.set_deleting(&gone, false);
+        if let Err((false, _)) = &outcome {
+            // The anchor could not move: every file stays, counted as
+            // before, so none is reused while the anchor names it.
+            st.layout.restore_slots(&gone, &saved);
+        }
         st.io = Some(io);
         st.io_in_progress = false;
         self.round_done.notify_all();
         // The files hold nothing needed: a failed deletion leaves a file
-        // the writer no longer counts (recreated or reused later).
-        outcome.map(|()| freed).map_err(Error::Io)
+        // the writer no longer counts (recreated or reused later; the
+        // anchor was moved off it first).
+        outcome.map(|()| freed).map_err(|(_, e)| Error::Io(e))
     }
 
     /// Rule O16: from now on the WAL anchor in the data file follows the
