@@ -89,6 +89,26 @@ pub fn put_u8(dst: &mut [u8], off: usize, v: u8) {
     put_bytes(dst, off, &[v]);
 }
 
+/// Seals an engine-built record: the crc32c of `b[..crc_at]`, written at
+/// `crc_at` (the layout every fixed record of the file format shares:
+/// superblock slots, segment headers, continuation records, the WAL
+/// anchor). A `crc_at` past the buffer is an engine bug ([`put_bytes`]).
+#[inline]
+pub fn seal_crc(b: &mut [u8], crc_at: usize) {
+    let crc = crc32c::crc32c(b.get(..crc_at).unwrap_or_default());
+    put_u32(b, crc_at, crc);
+}
+
+/// True if bytes read from a file carry the crc [`seal_crc`] writes: the
+/// crc32c of `b[..crc_at]` at `crc_at`. False when `b` is too short.
+#[inline]
+pub fn crc_holds(b: &[u8], crc_at: usize) -> bool {
+    match (b.get(..crc_at), slice_at(b, crc_at, 4)) {
+        (Some(body), Some(_)) => read_u32(b, crc_at) == crc32c::crc32c(body),
+        _ => false,
+    }
+}
+
 /// Appends little-endian fields to a byte vector.
 #[derive(Default, Debug)]
 pub struct Writer {

@@ -44,7 +44,9 @@
 #![deny(clippy::indexing_slicing, clippy::expect_used, clippy::unwrap_used)]
 
 use crate::error::{Error, Location, Result};
-use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
+use crate::format::codec::{
+    crc_holds, put_bytes, put_u32, put_u64, read_u32, read_u64, seal_crc, slice_at,
+};
 use crate::format::page::{MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 use crate::format::{FORMAT_VERSION, FORMAT_VERSION_NO_ANCHOR, FORMAT_VERSION_NO_WAL_MARK};
 use crate::types::{CfId, Lsn, PageId, COUNTER_LIMIT};
@@ -250,7 +252,7 @@ impl Superblock {
                 "superblock slot {slot}: bad magic"
             )));
         }
-        if Some(read_u32(b, off::CRC)) != b.get(..off::CRC).map(crc32c::crc32c) {
+        if !crc_holds(b, off::CRC) {
             return Err(bad("checksum mismatch"));
         }
         let version = read_u32(b, off::VERSION);
@@ -343,8 +345,7 @@ impl Superblock {
 
 /// Sets the crc of a slot image.
 fn seal(b: &mut [u8; SLOT_LEN]) {
-    let crc = crc32c::crc32c(b.get(..off::CRC).unwrap_or_default());
-    put_u32(b, off::CRC, crc);
+    seal_crc(b, off::CRC);
 }
 
 /// A fresh random database identity (never 0): 64 bits from the OS

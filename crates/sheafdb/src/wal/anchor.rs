@@ -33,7 +33,9 @@
 
 use std::sync::Arc;
 
-use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
+use crate::format::codec::{
+    crc_holds, put_bytes, put_u32, put_u64, read_u32, read_u64, seal_crc, slice_at,
+};
 use crate::types::Lsn;
 
 use super::replay::ScannedSlot;
@@ -125,8 +127,7 @@ impl Anchor {
         put_u64(&mut b, off::SEQ, self.seq);
         put_u64(&mut b, off::SALT, self.salt);
         put_u64(&mut b, off::LSN, self.lsn.0);
-        let crc = crc32c::crc32c(b.get(..off::CRC).unwrap_or_default());
-        put_u32(&mut b, off::CRC, crc);
+        seal_crc(&mut b, off::CRC);
         debug_assert_eq!(
             Anchor::decode(&b, self.db_id),
             Some(*self),
@@ -140,9 +141,7 @@ impl Anchor {
     /// write or any other bytes: then nothing is checked.
     pub fn decode(sector: &[u8], db_id: u64) -> Option<Anchor> {
         let used = sector.get(..off::USED)?;
-        if slice_at(used, off::MAGIC, MAGIC.len())? != MAGIC
-            || Some(read_u32(used, off::CRC)) != used.get(..off::CRC).map(crc32c::crc32c)
-        {
+        if slice_at(used, off::MAGIC, MAGIC.len())? != MAGIC || !crc_holds(used, off::CRC) {
             return None;
         }
         let kind = match read_u32(used, off::KIND) {

@@ -58,7 +58,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::frame::FrameFormat;
-use crate::format::codec::{put_bytes, put_u32, put_u64, read_u32, read_u64, slice_at};
+use crate::format::codec::{
+    crc_holds, put_bytes, put_u32, put_u64, read_u32, read_u64, seal_crc, slice_at,
+};
 use crate::types::{Lsn, COUNTER_LIMIT};
 
 /// Bytes reserved for the header block at the start of every segment.
@@ -156,8 +158,7 @@ impl SegmentHeader {
         put_u64(&mut block, off::SEGMENT_BYTES, self.segment_bytes);
         put_u64(&mut block, off::DB_ID, self.db_id);
         put_u64(&mut block, off::GENERATION, self.generation);
-        let crc = crc32c::crc32c(block.get(..off::CRC).unwrap_or_default());
-        put_u32(&mut block, off::CRC, crc);
+        seal_crc(&mut block, off::CRC);
         block
     }
 
@@ -167,8 +168,7 @@ impl SegmentHeader {
         if slice_at(used, off::MAGIC, MAGIC.len())? != MAGIC {
             return None;
         }
-        let stored_crc = read_u32(used, off::CRC);
-        if Some(stored_crc) != used.get(..off::CRC).map(crc32c::crc32c) {
+        if !crc_holds(used, off::CRC) {
             return None;
         }
         let frames = match read_u32(used, off::VERSION) {
@@ -194,8 +194,7 @@ impl SegmentHeader {
     /// build, which must be refused rather than taken for free space.
     pub fn unreadable_version(block: &[u8]) -> Option<u32> {
         let used = block.get(..off::USED)?;
-        let whole = slice_at(used, off::MAGIC, MAGIC.len())? == MAGIC
-            && Some(read_u32(used, off::CRC)) == used.get(..off::CRC).map(crc32c::crc32c);
+        let whole = slice_at(used, off::MAGIC, MAGIC.len())? == MAGIC && crc_holds(used, off::CRC);
         let version = read_u32(used, off::VERSION);
         (whole && version != FORMAT_VERSION && version != FORMAT_VERSION_V2).then_some(version)
     }
@@ -254,8 +253,7 @@ impl UseLink {
         put_u64(&mut block, link_off::NEXT_SEQ, self.next_seq);
         put_u64(&mut block, link_off::NEXT_SALT, self.next_salt);
         put_u64(&mut block, link_off::NEXT_START, self.next_start.0);
-        let crc = crc32c::crc32c(block.get(..link_off::CRC).unwrap_or_default());
-        put_u32(&mut block, link_off::CRC, crc);
+        seal_crc(&mut block, link_off::CRC);
         block
     }
 
@@ -264,7 +262,7 @@ impl UseLink {
     pub fn decode(header_block: &[u8], header: &SegmentHeader) -> Option<UseLink> {
         let used = slice_at(header_block, LINK_OFFSET as usize, link_off::USED)?;
         if slice_at(used, link_off::MAGIC, LINK_MAGIC.len())? != LINK_MAGIC
-            || Some(read_u32(used, link_off::CRC)) != used.get(..link_off::CRC).map(crc32c::crc32c)
+            || !crc_holds(used, link_off::CRC)
         {
             return None;
         }
