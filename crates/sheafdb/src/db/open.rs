@@ -144,7 +144,7 @@ fn open_wal(
     let mut opts = wal_options_for(shared);
     opts.superblock_damaged = superblock_damaged;
     opts.salvage = shared.options.salvage_damaged_wal;
-    opts.anchor = wal_anchor(shared)?.filter(|_| anchor_kept);
+    opts.anchor = wal_anchor(shared, anchor_kept)?;
     opts.log_ended = shared.ckpt.sys.lock().wal_mark == WalMark::NotRequired;
     let mut replayer = Replayer::new(shared.clone());
     let (wal, summary) = wal::open(vfs, name, opts, from, &mut |lsn, payload| {
@@ -224,15 +224,16 @@ fn open_wal(
 
 /// The WAL anchor the data file holds (rule O16), for open to check the
 /// log against: only under a base that says the WAL is required (a clean
-/// close needs no log), and not when the caller accepts a missing WAL.
-/// (The caller also drops it when the base is of format 3: a build
-/// before the anchor may have run on the file since it was written.)
-fn wal_anchor(shared: &DbShared) -> Result<Option<wal::Anchor>> {
+/// close needs no log), written by a build that keeps the anchor
+/// (`anchor_kept`: format 4; a build of format 3 may have run on the file
+/// since the anchor was written), and not when the caller accepts a
+/// missing WAL.
+fn wal_anchor(shared: &DbShared, anchor_kept: bool) -> Result<Option<wal::Anchor>> {
     let (mark, db_id) = {
         let sys = shared.ckpt.sys.lock();
         (sys.wal_mark, sys.db_id)
     };
-    if mark != WalMark::Required || shared.options.accept_missing_wal {
+    if mark != WalMark::Required || !anchor_kept || shared.options.accept_missing_wal {
         return Ok(None);
     }
     let storage = shared.space.pager.storage();

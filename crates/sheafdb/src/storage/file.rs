@@ -23,7 +23,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{LockGuard, OpenMode, Storage, Vfs};
@@ -116,22 +116,18 @@ impl Vfs for FsVfs {
 
     fn exists(&self, name: &str) -> io::Result<bool> {
         let path = self.path(name)?;
-        path.try_exists()
-            .map_err(|e| with_path(&path.display().to_string(), e))
+        named(&path, path.try_exists())
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
         let path = self.path(name)?;
-        std::fs::remove_file(&path).map_err(|e| with_path(&path.display().to_string(), e))
+        named(&path, std::fs::remove_file(&path))
     }
 
-    // Errors name the path (a session-34 probe: "No such file or
-    // directory" for a missing directory named nothing).
     fn list(&self) -> io::Result<Vec<String>> {
-        let shown = || self.dir.display().to_string();
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(|e| with_path(&shown(), e))? {
-            let entry = entry.map_err(|e| with_path(&shown(), e))?;
+        for entry in named(&self.dir, std::fs::read_dir(&self.dir))? {
+            let entry = named(&self.dir, entry)?;
             // Names that are not UTF-8 cannot be ours; skip them.
             if let Ok(name) = entry.file_name().into_string() {
                 names.push(name);
@@ -142,8 +138,7 @@ impl Vfs for FsVfs {
     }
 
     fn sync_dir(&self) -> io::Result<()> {
-        let shown = || self.dir.display().to_string();
-        (File::open(&self.dir).and_then(|d| d.sync_all())).map_err(|e| with_path(&shown(), e))
+        named(&self.dir, File::open(&self.dir).and_then(|d| d.sync_all()))
     }
 
     /// A hard link, then the old name's removal: the link fails if `to`
@@ -156,20 +151,32 @@ impl Vfs for FsVfs {
     }
 
     fn lock(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        let path = self.path(name)?;
-        let shown = path.display().to_string();
-        let file =
-            (open_options(OpenMode::OpenOrCreate).open(&path)).map_err(|e| with_path(&shown, e))?;
-        lock_result(&shown, file.try_lock(), file)
+        self.lock_file(name, OpenMode::OpenOrCreate, File::try_lock)
     }
 
     fn lock_shared(&self, name: &str) -> io::Result<Box<dyn LockGuard>> {
-        let path = self.path(name)?;
-        let shown = path.display().to_string();
-        let file =
-            (open_options(OpenMode::ReadOnly).open(&path)).map_err(|e| with_path(&shown, e))?;
-        lock_result(&shown, file.try_lock_shared(), file)
+        self.lock_file(name, OpenMode::ReadOnly, File::try_lock_shared)
     }
+}
+
+impl FsVfs {
+    /// Opens `name` in `mode` and takes a lock on it with `try_lock`.
+    fn lock_file(
+        &self,
+        name: &str,
+        mode: OpenMode,
+        try_lock: fn(&File) -> Result<(), TryLockError>,
+    ) -> io::Result<Box<dyn LockGuard>> {
+        let path = self.path(name)?;
+        let file = named(&path, open_options(mode).open(&path))?;
+        lock_result(&path.display().to_string(), try_lock(&file), file)
+    }
+}
+
+/// `r` with an error's message prefixed by `path` (a session-34 probe:
+/// "No such file or directory" for a missing directory named nothing).
+fn named<T>(path: &Path, r: io::Result<T>) -> io::Result<T> {
+    r.map_err(|e| with_path(&path.display().to_string(), e))
 }
 
 /// The guard of a `try_lock`/`try_lock_shared` on `file`, or the error.

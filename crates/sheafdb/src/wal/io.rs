@@ -40,9 +40,9 @@ pub(crate) struct SegmentIo {
     /// Writes the WAL anchor into the data file (rule O16); `None` for a
     /// log without a data file (the WAL's own tests) or a read-only one.
     announcer: Option<Announcer>,
-    /// The use a durable `Begun` anchor names, as `(seq, salt)`; `None`
-    /// once an `Ended` anchor stands (or before the first).
-    anchored: Option<(u64, u64)>,
+    /// The durable `Begun` anchor; `None` once an `Ended` anchor stands
+    /// (or before the first).
+    anchored: Option<Anchor>,
 }
 
 /// What one call to [`SegmentIo::write_steps`] did, for statistics.
@@ -87,10 +87,7 @@ impl SegmentIo {
             "O16: a use anchored before its header is durable"
         );
         (announce.0)(&anchor.encode())?;
-        self.anchored = match anchor.kind {
-            AnchorKind::Begun => Some((anchor.seq, anchor.salt)),
-            AnchorKind::Ended => None,
-        };
+        self.anchored = (anchor.kind == AnchorKind::Begun).then_some(anchor);
         Ok(())
     }
 
@@ -99,17 +96,15 @@ impl SegmentIo {
     /// replaced by an `Ended` one (the use lies below the release point,
     /// so below the replay start of a durable checkpoint): an open after
     /// a crash then does not miss it.
-    pub fn unanchor(&mut self, db_id: u64, (seq, salt, end): (u64, u64, Lsn)) -> io::Result<()> {
-        if self.anchored != Some((seq, salt)) {
+    pub fn unanchor(&mut self, (seq, salt, end): (u64, u64, Lsn)) -> io::Result<()> {
+        let Some(begun) = self.anchored.filter(|a| (a.seq, a.salt) == (seq, salt)) else {
             return Ok(());
-        }
+        };
         debug_assert!(self.announcer.is_some(), "anchored without an announcer");
         self.announce(Anchor {
             kind: AnchorKind::Ended,
-            db_id,
-            seq,
-            salt,
             lsn: end,
+            ..begun
         })
     }
 
@@ -141,7 +136,7 @@ impl SegmentIo {
                     replaces,
                 } => {
                     if let Some(old) = replaces {
-                        self.unanchor(header.db_id, *old)?;
+                        self.unanchor(*old)?;
                     }
                     self.begin_use(*slot, header, *preallocate)?;
                     self.anchor_use(header)?;

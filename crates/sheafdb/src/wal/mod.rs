@@ -593,11 +593,10 @@ impl Wal {
         st.layout.set_deleting(&gone, true);
         let mut io = st.io.take().expect("I/O state is home between rounds");
         st.io_in_progress = true;
-        let db_id = self.opts.db_id;
         let outcome = MutexGuard::unlocked(st.inner(), || {
             // Rule O16: the anchor leaves a use before its file goes.
             for used in &held {
-                io.unanchor(db_id, *used).map_err(|e| (false, e))?;
+                io.unanchor(*used).map_err(|e| (false, e))?;
             }
             (gone.iter()).try_for_each(|&slot| io.remove(slot).map_err(|e| (true, e)))
         });

@@ -501,45 +501,48 @@ fn missing_successor(
     if present || link.next_start != end || link.next_start <= from {
         return Ok(None);
     }
-    let header = header_of(slots, cur);
-    let name = segment_name(db_name, slot.slot);
-    let limit = log_limit(slots, &headerless_uses(slots)?);
-    Ok(Some(LogDamage {
-        stop_lsn: end,
-        stop: StopReason::UseMissing,
-        stop_at: Location::File {
-            name: name.clone(),
-            offset: file_offset(&header, end),
-        },
-        witness_lsn: end,
-        witness_at: Location::File {
-            name,
-            offset: LINK_OFFSET,
-        },
-        synced: end,
-        log_limit: limit.max(end),
-    }))
+    let witness = (end, LINK_OFFSET);
+    use_damage(slots, db_name, cur, end, StopReason::UseMissing, witness).map(Some)
 }
 
 /// The damage of use `cur`'s file cut short at `end` (see
 /// [`cut_after_frames`]). Its header is the proof: nothing past `end` is
 /// known to have been durable, so `synced` is `end`.
 fn cut_damage(slots: &[ScannedSlot], db_name: &str, cur: usize, end: Lsn) -> Result<LogDamage> {
+    let witness = (header_of(slots, cur).start_lsn, 0);
+    use_damage(slots, db_name, cur, end, StopReason::FileCut, witness)
+}
+
+/// Damage that use `cur`'s own file proves (a cut, a link to a missing
+/// use): the log stops at `end`, nothing past `end` is known to have been
+/// durable (`synced` is `end`), and the proof is in the same file at
+/// `witness` (its LSN and byte offset).
+fn use_damage(
+    slots: &[ScannedSlot],
+    db_name: &str,
+    cur: usize,
+    end: Lsn,
+    stop: StopReason,
+    (witness_lsn, witness_offset): (Lsn, u64),
+) -> Result<LogDamage> {
     let header = header_of(slots, cur);
     let name = segment_name(db_name, slot_at(slots, cur).slot);
     let limit = log_limit(slots, &headerless_uses(slots)?);
-    debug_assert!(limit >= end, "the log limit is below the cut");
+    debug_assert!(limit >= end, "the log limit is below the damage");
     Ok(LogDamage {
         stop_lsn: end,
-        stop: StopReason::FileCut,
+        stop,
         stop_at: Location::File {
             name: name.clone(),
             offset: file_offset(&header, end),
         },
-        witness_lsn: header.start_lsn,
-        witness_at: Location::File { name, offset: 0 },
+        witness_lsn,
+        witness_at: Location::File {
+            name,
+            offset: witness_offset,
+        },
         synced: end,
-        log_limit: limit,
+        log_limit: limit.max(end),
     })
 }
 
