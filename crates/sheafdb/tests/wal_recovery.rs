@@ -992,6 +992,9 @@ fn a_crash_across_switches_then_a_clean_close_always_reopens() {
                 .open_with_vfs(Arc::new(image.clone()), "r.sheaf")
                 .unwrap_or_else(|e| panic!("{ctx}: open after a clean close: {e}"));
             assert!(rows(&db) >= acked, "{ctx}: lost a commit");
+            // DESIGN §11.8: after any crash and reopen the file checks out.
+            db.check_integrity()
+                .unwrap_or_else(|e| panic!("{ctx}: integrity: {e}"));
         }
     }
 }
