@@ -33,6 +33,12 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
+/// The longest array of zero-width elements (`[(); N]`) decoded from a
+/// type name: longer ones are treated as user-defined types (their
+/// untyped writes unchecked), so a damaged catalog cannot name a decode
+/// of 2^64 empty elements.
+pub const ZERO_WIDTH_ARRAY_MAX: usize = 4096;
+
 /// A built-in key or value type, known by its catalog type name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -225,10 +231,11 @@ impl Parser<'_> {
             }
             return match element {
                 DynType::Unsigned(1) => Some(DynType::ByteArray(n)),
-                // Arrays of zero-width elements are not decoded here: an
-                // `N` read from a file would set the work of a decode of
-                // no bytes at all.
-                e if e.fixed_width() == Some(0) && n > 0 => None,
+                // Arrays of zero-width elements are decoded here only up to
+                // a bound: an `N` read from a file sets the work of a decode
+                // of no bytes at all. Such an array's only encoding is no
+                // bytes, so untyped writes to tables of it are checked.
+                e if e.fixed_width() == Some(0) && n > ZERO_WIDTH_ARRAY_MAX => None,
                 e => e.is_array_element().then(|| DynType::Array(Box::new(e), n)),
             };
         }
