@@ -14,7 +14,9 @@ fn accepted<K: Key + 'static>(db: &Database, name: &str, bad: &[&[u8]]) -> (Vec<
     drop(tx.open_table(TableDefinition::<K, u8>::new(name)).unwrap());
     let mut taken = Vec::new();
     {
-        let mut ut = tx.open_untyped_table(name, &<K as Value>::type_name(), "u8").unwrap();
+        let mut ut = tx
+            .open_untyped_table(name, &<K as Value>::type_name(), "u8")
+            .unwrap();
         for b in bad {
             match ut.insert(*b, [1u8].as_slice()) {
                 Ok(_) => taken.push(b.to_vec()),

@@ -552,16 +552,16 @@ mod tests {
         let a = page();
         let b = page();
         let mut last = None;
-        let before = triomphe::Arc::count(&a);
+        let before = PageRef::count(&a);
         for start in 0..10 {
             LastKey::set(&mut last, &PageHandle::Ref(a.clone()), start, start + 4);
         }
-        assert_eq!(triomphe::Arc::count(&a), before + 1, "one reference kept");
+        assert_eq!(PageRef::count(&a), before + 1, "one reference kept");
         assert_eq!(last.as_ref().map(LastKey::key), Some(&[7u8; 4][..]));
         assert_eq!(last.as_ref().map(|l| l.start), Some(9));
         LastKey::set(&mut last, &PageHandle::Ref(b.clone()), 1, 3);
-        assert_eq!(triomphe::Arc::count(&a), before, "the old page let go");
-        assert_eq!(triomphe::Arc::count(&b), 2);
+        assert_eq!(PageRef::count(&a), before, "the old page let go");
+        assert_eq!(PageRef::count(&b), 2);
         assert_eq!(last.as_ref().map(LastKey::key), Some(&[7u8; 2][..]));
     }
 
@@ -570,13 +570,13 @@ mod tests {
         // Cached pages reach the cursor as slot guards, not counted
         // references: the identity test must see through both.
         let a = page();
-        let slot = arc_swap::ArcSwapAny::new(Some(PageRef::into_thin(a.clone())));
+        let slot = arc_swap::ArcSwapAny::new(Some(a.clone()));
         let guarded = PageHandle::guarded(slot.load()).expect("a run");
         let mut last = None;
         LastKey::set(&mut last, &PageHandle::Ref(a.clone()), 0, 4);
-        let kept = triomphe::Arc::count(&a);
+        let kept = PageRef::count(&a);
         LastKey::set(&mut last, &guarded, 4, 8);
-        assert_eq!(triomphe::Arc::count(&a), kept, "no new reference taken");
+        assert_eq!(PageRef::count(&a), kept, "no new reference taken");
         assert_eq!(last.as_ref().map(|l| (l.start, l.end)), Some((4, 8)));
     }
 }

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use super::mem_store::MemStore;
 use super::store::PageWrite;
 use super::*;
-use crate::format::page::{PageBytes as _, PageRef, PageType};
+use crate::format::page::{PageBytes as _, PageType};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -1729,7 +1729,7 @@ impl Cached {
             .map(|(&id, &n)| {
                 (
                     id,
-                    arc_swap::ArcSwapAny::new(Some(PageRef::into_thin(s.read_run(id, n).unwrap()))),
+                    arc_swap::ArcSwapAny::new(Some(s.read_run(id, n).unwrap())),
                 )
             })
             .collect();
@@ -1771,7 +1771,6 @@ impl store::PageRead for Cached {
 
     fn read_run(&self, id: PageId, _npages: u32) -> Result<crate::format::page::PageRef> {
         (self.slots.get(&id).and_then(|s| s.load_full()))
-            .map(PageRef::from_thin)
             .ok_or_else(|| Error::corrupted_page(id, "no such page"))
     }
 
@@ -1822,9 +1821,8 @@ fn scans_build_no_leaf_index_and_searches_do() {
     }
 }
 
-/// A store's `Debug` names its runs, not their bytes (a page's own
-/// `Debug`, triomphe's, prints every byte: 786,537 characters for a
-/// 256 KiB run).
+/// A store's `Debug` names its runs, not their bytes (printing every
+/// byte made 786,537 characters for a 256 KiB run).
 #[test]
 fn store_debug_output_stays_small() {
     let (_, s, _, _) = committed_tree(5, 2000);

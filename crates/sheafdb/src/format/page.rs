@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use triomphe::{HeaderSlice, HeaderWithLength, ThinArc, UniqueArc};
+use crate::storage::run::{Run, RunArc, UniqueRun};
 
 use crate::error::{Error, Result};
 use crate::format::codec::{put_u16, put_u32, put_u64, put_u8, read_u8};
@@ -118,21 +118,23 @@ pub struct PageMeta {
 /// descent that finds a page in the cache reaches its header in the same
 /// cache line as the reference count, instead of first loading a struct
 /// to learn where the bytes are (one dependent memory miss less per
-/// level; see docs/design.md, *The page cache*).
-pub type PageBuf = HeaderSlice<HeaderWithLength<PageMeta>, [u8]>;
+/// level; see docs/design.md, *The page cache*). A run of one page lives
+/// on a huge page with many others (`storage::slab`): one TLB entry per
+/// 2 MiB of cached pages.
+pub type PageBuf = Run<PageMeta>;
 
 /// A shared, immutable page run. Private pages of a write transaction are
 /// mutated in place only while unshared (see [`make_mut`]), so a reader
 /// holding a clone never sees a change.
-pub type PageRef = triomphe::Arc<PageBuf>;
+pub type PageRef = RunArc<PageMeta>;
 
 /// A page run being built: the only reference, so mutable. `shareable()`
 /// turns it into a [`PageRef`] without copying.
-pub type PageOwned = UniqueArc<PageBuf>;
+pub type PageOwned = UniqueRun<PageMeta>;
 
-/// A [`PageRef`] as one pointer, the form the page cache's slots hold
-/// (an atomic swap needs a thin pointer); converting costs nothing.
-pub type PageThin = ThinArc<PageMeta, u8>;
+/// A [`PageRef`] in the form the page cache's slots hold (an atomic swap
+/// needs a thin pointer; a [`PageRef`] is one already).
+pub type PageThin = RunArc<PageMeta>;
 
 /// A page run held for reading: a reference ([`PageRef`]), or a guard on
 /// the page cache's slot that keeps the run alive without touching its
@@ -158,7 +160,7 @@ impl PageHandle {
         match self {
             PageHandle::Ref(p) => p.clone(),
             PageHandle::Slot(g) => match &**g {
-                Some(p) => triomphe::Arc::from_thin(p.clone()),
+                Some(p) => p.clone(),
                 None => unreachable!("engine invariant: a slot handle holds a run"),
             },
         }
@@ -200,6 +202,24 @@ impl std::fmt::Debug for PageMeta {
     }
 }
 
+impl std::fmt::Debug for PageBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        describe(self, f)
+    }
+}
+
+impl std::fmt::Debug for PageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        describe(self, f)
+    }
+}
+
+impl std::fmt::Debug for PageOwned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        describe(self, f)
+    }
+}
+
 /// A short description of a run (its length, type byte and id), not its
 /// bytes.
 pub fn describe(page: &PageBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -210,22 +230,9 @@ pub fn describe(page: &PageBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Re
         .finish()
 }
 
-/// Zeros to copy new runs from (larger runs allocate their own).
-static ZEROS: [u8; MAX_PAGE_SIZE] = [0; MAX_PAGE_SIZE];
-
 /// A new run holding a copy of `bytes`.
 pub fn page_from_slice(bytes: &[u8]) -> PageOwned {
-    let header = HeaderWithLength::new(PageMeta::default(), bytes.len());
-    just_allocated(triomphe::Arc::from_header_and_slice(header, bytes))
-}
-
-/// A run this thread just allocated, as the unique owner it is (triomphe
-/// builds header-slices only as shared `Arc`s).
-fn just_allocated(run: PageRef) -> PageOwned {
-    match triomphe::Arc::try_unique(run) {
-        Ok(owned) => owned,
-        Err(_) => unreachable!("a run just allocated is shared"),
-    }
+    RunArc::from_slice(PageMeta::default(), bytes)
 }
 
 /// The run `slot` holds, for writing: in place if no one else holds it,
@@ -233,13 +240,13 @@ fn just_allocated(run: PageRef) -> PageOwned {
 pub fn make_mut(slot: &mut PageRef) -> &mut PageBuf {
     if !slot.is_unique() {
         let copy = page_from_slice(slot.bytes());
-        if let Some(ix) = slot.header.header.index.get() {
+        if let Some(ix) = slot.meta().index.get() {
             // The bytes are the same, so is the index.
-            let _ = copy.header.header.index.set(ix.clone());
+            let _ = copy.meta().index.set(ix.clone());
         }
         *slot = copy.shareable();
     }
-    match triomphe::Arc::get_mut(slot) {
+    match RunArc::get_mut(slot) {
         Some(page) => page,
         None => unreachable!("a run just copied is shared"),
     }
@@ -248,17 +255,9 @@ pub fn make_mut(slot: &mut PageRef) -> &mut PageBuf {
 /// The methods of a page run (on [`PageBuf`], a type of another crate, so
 /// through a trait).
 pub trait PageBytes {
-    /// A zeroed run of `len` bytes.
+    /// A zeroed run of `len` bytes (one pass over the memory).
     fn zeroed(len: usize) -> PageOwned {
-        match ZEROS.get(..len) {
-            Some(zeros) => page_from_slice(zeros),
-            None => {
-                // Large runs: one filling pass, no zeroed copy to copy from.
-                let header = HeaderWithLength::new(PageMeta::default(), len);
-                let zeros = std::iter::repeat_n(0u8, len);
-                just_allocated(triomphe::Arc::from_header_and_iter(header, zeros))
-            }
-        }
+        RunArc::zeroed(PageMeta::default(), len)
     }
 
     /// A fresh run with its header filled in.
@@ -410,21 +409,21 @@ pub trait PageBytes {
 impl PageBytes for PageBuf {
     #[inline]
     fn bytes(&self) -> &[u8] {
-        &self.slice
+        self.data()
     }
 
     #[inline]
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let index = &mut self.header.header.index;
+        let index = &mut self.header_mut().index;
         if index.get().is_some() {
             *index = OnceLock::new();
         }
-        &mut self.slice
+        self.data_mut()
     }
 
     #[inline]
     fn meta(&self) -> &PageMeta {
-        &self.header.header
+        self.header()
     }
 }
 
@@ -465,10 +464,16 @@ mod tests {
             (page.page_id(), page.cf(), page.npages()),
             (PageId(7), CfId(3), 1)
         );
-        // The thin form is the same allocation.
-        let thin = PageRef::into_thin(page.clone());
-        assert_eq!(thin.heap_ptr(), page.heap_ptr());
-        assert_eq!(PageRef::from_thin(thin).bytes(), page.bytes());
+        // A run of one page, at every page size, lives on huge pages.
+        let mut size = MIN_PAGE_SIZE;
+        while size <= MAX_PAGE_SIZE {
+            assert!(
+                crate::storage::run::on_huge_pages::<PageMeta>(size),
+                "{size}"
+            );
+            size *= 2;
+        }
+        assert!(!crate::storage::run::on_huge_pages::<PageMeta>(3 * 4096));
     }
 
     /// A shared run is copied before it is written; an unshared one is

@@ -157,7 +157,7 @@ impl PageCache {
             if page.is_some() {
                 Self::touch(slot);
             }
-            page.map(PageRef::from_thin)
+            page
         })
         .flatten()
     }
@@ -187,7 +187,7 @@ impl PageCache {
                 .is_none_or(|p| p.len() >= crate::format::page::HEADER_LEN),
             "an empty run was cached"
         );
-        let old = slot.page.swap(page.map(PageRef::into_thin));
+        let old = slot.page.swap(page);
         if let Some(old) = old {
             if slot.dirty.load(Ordering::Relaxed) {
                 self.dirty_bytes.fetch_sub(old.len(), Ordering::Relaxed);

@@ -12,6 +12,8 @@
 //!   each file operation (fail, delay, count, park).
 //! - [`hint`]: a CPU cache hint (not a file API; here because this layer
 //!   holds the crate's `unsafe` code).
+//! - [`run`] and [`slab`]: reference-counted page runs in memory, their
+//!   common sizes on huge pages (not a file API either; `unsafe` too).
 //!
 //! Must not know: pages, B-trees, the WAL. Offsets and lengths are bytes.
 //!
@@ -29,7 +31,9 @@ pub mod file;
 pub mod hint;
 pub mod hook;
 pub mod mem;
+pub mod run;
 pub mod sim;
+pub mod slab;
 
 use std::io;
 use std::sync::Arc;
