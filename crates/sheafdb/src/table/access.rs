@@ -213,6 +213,12 @@ enum Source<'t> {
         made_for: (TreeRoot, bool),
         /// Tombstones walked and not yet added to the buffer's sum.
         walked: u64,
+        /// Per side (front, back): the window starts where a walk of the
+        /// whole table would and nothing was yielded from that side yet,
+        /// so the first entry found there is the table's live end, an end
+        /// hint (E1). Without it, taking the first entry and removing it
+        /// over and over walked every tombstone left before (O(n²)).
+        open_ends: [bool; 2],
     },
 }
 
@@ -294,6 +300,7 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                 buffered,
                 made_for,
                 walked,
+                open_ends,
             } => match txn.state() {
                 Ok(mut st) => {
                     let tree_now = st.table_by_id(*table).map(|t| t.root());
@@ -303,7 +310,12 @@ impl<'t, K: Key + 'static, V: Value + 'static> Range<'t, K, V> {
                         *buffered = BufferWalk::default();
                         *made_for = now;
                     }
-                    merged_step(&mut st, *table, window, (tree, buffered), back, walked)
+                    let r = merged_step(&mut st, *table, window, (tree, buffered), back, walked);
+                    let open = &mut open_ends[usize::from(back)];
+                    if let (true, Ok(Some((k, _)))) = (std::mem::take(open), &r) {
+                        EndHints::end_into(&mut st.ends, *table, k, back);
+                    }
+                    r
                 }
                 Err(e) => Err(e),
             },
@@ -781,6 +793,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let st = self.txn.state()?;
         let (table, root) = self.tree_of(&st)?;
         let (lo, hi) = st.ends.narrow(table, lo, hi);
+        // A side starts where a walk of the whole table would (the same
+        // test as `ExtractIf`'s).
+        let whole = st.ends.narrow(table, Bound::Unbounded, Bound::Unbounded);
+        let open_ends = [lo == whole.0, hi == whole.1];
         let window = Window::new(lo, hi);
         let tree = TreeWalk::new(&root, &window);
         Ok(Range {
@@ -792,6 +808,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
                 buffered: BufferWalk::default(),
                 made_for: (root, st.folded),
                 walked: 0,
+                open_ends,
             },
             done: false,
             _kv: PhantomData,

@@ -129,6 +129,12 @@ where
             if take {
                 let out = entry(k.clone(), v.clone())?;
                 st.write(id, &k, None, &Some(v))?;
+                if self.at_front {
+                    // Nothing live lies below `k`, now removed: the next
+                    // walk from the front (this one's next call, or a new
+                    // one) skips every tombstone up to it (E1).
+                    EndHints::end_into(&mut st.ends, id, &k, false);
+                }
                 return Ok(Some(out));
             }
             if std::mem::take(&mut self.at_front) {
