@@ -27,7 +27,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{in_scratch_dir, key, LOAD, T, VALUE};
+use common::{in_scratch_dir, key, load_tree, LOAD, T, VALUE};
 use sheafdb::{Database, Result};
 
 #[global_allocator]
@@ -44,15 +44,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn run(dir: &Path) -> Result<()> {
     let db = Database::create(dir.join("reads.sheaf"))?;
-    let tx = db.begin_write()?;
-    {
-        let mut t = tx.open_table(T)?;
-        for i in 0..LOAD {
-            t.insert(&key(i)[..], &VALUE[..])?;
-        }
-    }
-    tx.commit()?;
-    db.checkpoint()?;
+    load_tree(&db)?;
     let rx = db.begin_read()?;
     let t = rx.open_table(T)?;
     let (mut points, mut ranges) = (Vec::new(), Vec::new());

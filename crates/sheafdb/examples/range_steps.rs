@@ -22,7 +22,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{in_scratch_dir, key, LOAD, T, VALUE};
+use common::{in_scratch_dir, key, load_tree, LOAD, T, VALUE};
 use sheafdb::{Database, Result};
 
 fn arg(n: usize, default: u64) -> u64 {
@@ -46,15 +46,7 @@ fn load(path: &Path) -> Result<Database> {
         return Database::builder().open(path);
     }
     let db = Database::builder().create(path)?;
-    let tx = db.begin_write()?;
-    {
-        let mut t = tx.open_table(T)?;
-        for i in 0..LOAD {
-            t.insert(&key(i)[..], &VALUE[..])?;
-        }
-    }
-    tx.commit()?;
-    db.checkpoint()?;
+    load_tree(&db)?;
     Ok(db)
 }
 

@@ -40,6 +40,20 @@ pub fn insert(db: &Database, next: &mut u64, n: u64, per_txn: u64, d: Durability
     Ok(())
 }
 
+/// Loads [`LOAD`] pairs in one transaction and checkpoints, so the tree
+/// holds them all and the write buffer is empty.
+pub fn load_tree(db: &Database) -> Result<()> {
+    let tx = db.begin_write()?;
+    {
+        let mut t = tx.open_table(T)?;
+        for i in 0..LOAD {
+            t.insert(&key(i)[..], &VALUE[..])?;
+        }
+    }
+    tx.commit()?;
+    db.checkpoint()
+}
+
 /// Runs `run` in a new directory `NAME-PID` under `parent` (default: the
 /// system temp dir) and removes that directory afterwards, whatever
 /// `run` returned. Only the directory it made is removed, never one the
