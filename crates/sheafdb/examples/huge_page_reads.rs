@@ -181,7 +181,10 @@ mod slab {
         }
         let start = (p as usize).next_multiple_of(HUGE);
         // SAFETY: the range lies inside the mapping just made.
-        unsafe { libc::madvise(start as *mut libc::c_void, REGION, libc::MADV_HUGEPAGE) };
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, REGION, libc::MADV_HUGEPAGE)
+        };
         Some(start)
     }
 

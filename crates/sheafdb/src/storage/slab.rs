@@ -228,7 +228,7 @@ pub unsafe fn free(p: NonNull<u8>, layout: Layout) {
 
 /// A new region aligned to [`REGION`] and advised for huge pages; `None` if
 /// the system has no memory for it.
-#[cfg(not(miri))]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn map_region() -> Option<NonNull<u8>> {
     // SAFETY: an anonymous private mapping of fresh memory, twice the
     // region so an aligned region lies inside; the parts around it are
@@ -262,22 +262,23 @@ fn map_region() -> Option<NonNull<u8>> {
     }
 }
 
-#[cfg(not(miri))]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn unmap_region(base: NonNull<u8>) {
     // SAFETY: `base` is a whole region from `map_region` with no block in
     // use.
     unsafe { libc::munmap(base.as_ptr().cast(), REGION) };
 }
 
-/// Under Miri (no `mmap`): regions from the global allocator.
-#[cfg(miri)]
+/// Under Miri (no `mmap`) and off Linux (no `MADV_HUGEPAGE`): regions from
+/// the global allocator, aligned the same way, in whatever pages it has.
+#[cfg(not(all(target_os = "linux", not(miri))))]
 fn map_region() -> Option<NonNull<u8>> {
     let layout = Layout::from_size_align(REGION, REGION).ok()?;
     // SAFETY: a non-zero size.
     NonNull::new(unsafe { std::alloc::alloc(layout) })
 }
 
-#[cfg(miri)]
+#[cfg(not(all(target_os = "linux", not(miri))))]
 fn unmap_region(base: NonNull<u8>) {
     if let Ok(layout) = Layout::from_size_align(REGION, REGION) {
         // SAFETY: `base` came from `map_region` with this layout.
