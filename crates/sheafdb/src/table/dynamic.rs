@@ -33,11 +33,15 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
-/// The longest array of zero-width elements (`[(); N]`) decoded from a
-/// type name: longer ones are treated as user-defined types (their
-/// untyped writes unchecked), so a damaged catalog cannot name a decode
-/// of 2^64 empty elements.
-pub const ZERO_WIDTH_ARRAY_MAX: usize = 4096;
+/// The most values a decode of a zero-width type (`()`, tuples and arrays
+/// of them: `[(); N]`, `[[(); 4]; 4]`) may build. Such a decode reads no
+/// bytes, so its work is set by the type name alone, which is read from
+/// the file: a larger one is treated as a user-defined type (its untyped
+/// writes unchecked), so a damaged catalog cannot name a decode of 2^64
+/// empty elements, nor nest arrays to multiply them. With the bound, a
+/// `Vec` of such elements (one marker byte each) builds at most this many
+/// values per byte it reads.
+pub const ZERO_WIDTH_NODES_MAX: usize = 64;
 
 /// A built-in key or value type, known by its catalog type name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -232,10 +236,14 @@ impl Parser<'_> {
             return match element {
                 DynType::Unsigned(1) => Some(DynType::ByteArray(n)),
                 // Arrays of zero-width elements are decoded here only up to
-                // a bound: an `N` read from a file sets the work of a decode
-                // of no bytes at all. Such an array's only encoding is no
-                // bytes, so untyped writes to tables of it are checked.
-                e if e.fixed_width() == Some(0) && n > ZERO_WIDTH_ARRAY_MAX => None,
+                // a bound on the values a decode builds (it reads no bytes,
+                // so `N`, read from a file, alone sets its work). Such an
+                // array's only encoding is no bytes, so untyped writes to
+                // tables of it are checked.
+                e if e.fixed_width() == Some(0) => {
+                    n.checked_mul(e.zero_width_nodes())?;
+                    Some(DynType::Array(Box::new(e), n))
+                }
                 e => e.is_array_element().then(|| DynType::Array(Box::new(e), n)),
             };
         }
@@ -307,7 +315,24 @@ impl DynType {
         };
         let ty = p.ty()?;
         p.skip_spaces();
-        p.rest.is_empty().then_some(ty)
+        (p.rest.is_empty() && ty.zero_width_parts_bounded()).then_some(ty)
+    }
+
+    /// True if every zero-width part of the type (an array, tuple or `()`
+    /// whose encoding is no bytes, anywhere in it: a `Vec`'s element, a
+    /// tuple's field) builds at most [`ZERO_WIDTH_NODES_MAX`] values when
+    /// decoded.
+    fn zero_width_parts_bounded(&self) -> bool {
+        if self.fixed_width() == Some(0) {
+            return self.zero_width_nodes() <= ZERO_WIDTH_NODES_MAX;
+        }
+        match self {
+            DynType::Option(inner) | DynType::List(inner) | DynType::Array(inner, _) => {
+                inner.zero_width_parts_bounded()
+            }
+            DynType::Tuple(elements) => elements.iter().all(DynType::zero_width_parts_bounded),
+            _ => true,
+        }
     }
 
     /// `Some(n)` if every encoding (key and value) is exactly `n` bytes,
@@ -324,6 +349,21 @@ impl DynType {
             DynType::Tuple(elements) => elements
                 .iter()
                 .try_fold(0usize, |acc, e| acc.checked_add(e.fixed_width()?)),
+        }
+    }
+
+    /// The values a decode of this zero-width type builds (1 for any other
+    /// type's own node); at most [`ZERO_WIDTH_NODES_MAX`] for a parsed
+    /// type.
+    fn zero_width_nodes(&self) -> usize {
+        match self {
+            DynType::Tuple(elements) => elements
+                .iter()
+                .fold(1usize, |acc, e| acc.saturating_add(e.zero_width_nodes())),
+            DynType::Array(element, n) => n
+                .saturating_mul(element.zero_width_nodes())
+                .saturating_add(1),
+            _ => 1,
         }
     }
 

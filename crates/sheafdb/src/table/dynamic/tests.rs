@@ -376,9 +376,26 @@ fn zero_width_arrays_parse_up_to_a_bound() {
     assert_eq!(unit3.fixed_width(), Some(0));
     assert!(unit3.decode_key(&[]).is_ok());
     assert!(unit3.decode_key(&[0]).is_err());
-    let max = format!("[();{}]", super::ZERO_WIDTH_ARRAY_MAX);
-    assert!(DynType::parse(&max).is_some());
+    let most = super::ZERO_WIDTH_NODES_MAX - 1;
+    assert!(DynType::parse(&format!("[();{most}]")).is_some());
+    assert_eq!(DynType::parse(&format!("[();{}]", most + 1)), None);
     assert!(DynType::parse("[[();1];1]").is_some());
+    assert!(DynType::parse("[[();4];4]").is_some(), "21 values");
+    // Nesting multiplies: 1 + 8 * (1 + 8) values.
+    assert_eq!(DynType::parse("[[();8];8]"), None);
+    assert_eq!(DynType::parse("[[[();4096];4096];4096]"), None);
+    assert_eq!(DynType::parse("[((),[();40]);2]"), None);
+    // A `Vec` of zero-width elements builds their values per byte it reads:
+    // bounded the same way, as are zero-width tuples anywhere.
+    assert!(DynType::parse("Vec<[();2]>").is_some());
+    assert_eq!(DynType::parse("Vec<[();64]>"), None);
+    assert_eq!(DynType::parse("Vec<([();40],[();40])>"), None);
+    let units = vec!["()"; 70].join(",");
+    assert_eq!(DynType::parse(&format!("(u8,({units}))")), None);
+    assert!(
+        DynType::parse(&format!("(u8,{units})")).is_some(),
+        "not zero-width"
+    );
 }
 
 #[test]
@@ -394,6 +411,7 @@ fn unknown_type_names_give_none() {
         "[str;2]",
         "[();4097]",
         "[[();1];4097]",
+        "[();18446744073709551615]",
         "Vec<u32",
         "[u32;4",
         "[u8;]",
