@@ -15,10 +15,20 @@
 //! to the system, except one kept per class so that a run freed and
 //! allocated again does not map and unmap a region each time.
 //!
-//! Memory bound: the blocks in use, rounded up to whole regions, plus one
-//! empty region per class (2 MiB), plus the unused tail of each region
-//! (at 4 KiB pages 504 blocks of 4,160 bytes fill 2,096,640 of its
-//! 2,097,152 bytes).
+//! Memory bound: every region with a live block, plus one empty region
+//! per class (2 MiB), plus each region's tail (512 bytes at 4 KiB
+//! pages). A region stays mapped while any block in it lives, and a free
+//! block serves only its own class: like a heap's free chunks, free
+//! blocks in a partly used region stay resident (with huge pages, the
+//! whole 2 MiB). Taking blocks from the lowest region gathers live runs
+//! there, but a worst case (a large transaction's pages freed but for one
+//! cached run per region) holds 2 MiB per live run, far above what the
+//! cache counts. Returning free blocks inside a region (`MADV_DONTNEED`)
+//! would split its huge page; not done.
+//!
+//! The class locks are not held across `fork`: a process that forks while
+//! another thread allocates a page run may deadlock in the child on its
+//! first one (glibc's malloc guards against that; this does not).
 //!
 //! Must not know: pages, B-trees, files.
 
