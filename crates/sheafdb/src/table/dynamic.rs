@@ -235,15 +235,8 @@ impl Parser<'_> {
             }
             return match element {
                 DynType::Unsigned(1) => Some(DynType::ByteArray(n)),
-                // Arrays of zero-width elements are decoded here only up to
-                // a bound on the values a decode builds (it reads no bytes,
-                // so `N`, read from a file, alone sets its work). Such an
-                // array's only encoding is no bytes, so untyped writes to
-                // tables of it are checked.
-                e if e.fixed_width() == Some(0) => {
-                    n.checked_mul(e.zero_width_nodes())?;
-                    Some(DynType::Array(Box::new(e), n))
-                }
+                // Arrays of zero-width elements too: `parse` bounds the
+                // values their decode builds (`zero_width_parts_bounded`).
                 e => e.is_array_element().then(|| DynType::Array(Box::new(e), n)),
             };
         }
