@@ -73,6 +73,14 @@ impl EndHints {
         (lo, hi)
     }
 
+    /// Per side (front, back): true if the narrowed window `(lo, hi)` of
+    /// `table` starts where a walk of the whole table would, so the first
+    /// live key a walk finds from that side is the table's end there.
+    pub fn open_sides(&self, table: TableId, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> [bool; 2] {
+        let whole = self.narrow(table, Bound::Unbounded, Bound::Unbounded);
+        [lo == whole.0, hi == whole.1]
+    }
+
     /// [`EndHints::note_put`] on hints shared with a base version: copied
     /// only if the put drops a hint (the common put changes nothing).
     pub fn put_into(hints: &mut Arc<EndHints>, table: TableId, key: &[u8]) {

@@ -793,10 +793,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let st = self.txn.state()?;
         let (table, root) = self.tree_of(&st)?;
         let (lo, hi) = st.ends.narrow(table, lo, hi);
-        // A side starts where a walk of the whole table would (the same
-        // test as `ExtractIf`'s).
-        let whole = st.ends.narrow(table, Bound::Unbounded, Bound::Unbounded);
-        let open_ends = [lo == whole.0, hi == whole.1];
+        let open_ends = st.ends.open_sides(table, lo, hi);
         let window = Window::new(lo, hi);
         let tree = TreeWalk::new(&root, &window);
         Ok(Range {

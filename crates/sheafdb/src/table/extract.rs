@@ -183,10 +183,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         st.check_not_failed()?;
         let (id, _) = self.tree_of(&st)?;
         let (lo, hi) = st.ends.narrow(id, lo, hi);
-        // The window starts at the front (back) if it starts where a walk
-        // of the whole table would.
-        let whole = st.ends.narrow(id, Bound::Unbounded, Bound::Unbounded);
-        let (at_front, to_back) = (lo == whole.0, hi == whole.1);
+        let [at_front, to_back] = st.ends.open_sides(id, lo, hi);
         let window = Window::new(lo, hi);
         drop(st);
         Ok(ExtractIf {
