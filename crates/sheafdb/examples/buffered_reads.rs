@@ -26,7 +26,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::in_scratch_dir;
+use common::{in_scratch_dir, median};
 
 use sheafdb::{Database, Durability, Result, TableDefinition};
 
@@ -44,11 +44,6 @@ fn key(i: u64) -> [u8; 24] {
         c.copy_from_slice(&x.to_le_bytes());
     }
     k
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() -> Result<()> {

@@ -27,7 +27,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{in_scratch_dir, key, load_tree, LOAD, T, VALUE};
+use common::{in_scratch_dir, key, load_tree, median, LOAD, T, VALUE};
 use sheafdb::{Database, Result};
 
 #[global_allocator]
@@ -35,11 +35,6 @@ static HEAP: slab::PageSlab = slab::PageSlab::new();
 
 fn main() -> Result<()> {
     in_scratch_dir("sheafdb-huge-page-reads", std::env::args().nth(1), run)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn run(dir: &Path) -> Result<()> {

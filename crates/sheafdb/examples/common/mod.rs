@@ -54,6 +54,12 @@ pub fn load_tree(db: &Database) -> Result<()> {
     db.checkpoint()
 }
 
+/// The median of `v` (the upper one of an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Runs `run` in a new directory `NAME-PID` under `parent` (default: the
 /// system temp dir) and removes that directory afterwards, whatever
 /// `run` returned. Only the directory it made is removed, never one the
