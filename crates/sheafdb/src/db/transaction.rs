@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::btree::TreeRoot;
 use crate::error::{Error, Result};
 use crate::format::records::TableMeta;
+use crate::storage::heap;
 use crate::table::types::{Key, TableDefinition, Value};
 use crate::table::{
     MultimapTable, MultimapTableDefinition, ReadOnlyMultimapTable, ReadOnlyTable, Table,
@@ -410,6 +411,22 @@ pub struct WriteTransaction {
     token: u64,
     /// `Send` but not `Sync`.
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+    /// Last, so it drops after the state it frees.
+    heap: GiveBackOnDrop,
+}
+
+/// Gives freed heap memory back to the system when dropped, if the
+/// transaction it ends held [`heap::GIVE_BACK_FROM`] bytes of writes or
+/// more (design.md "Memory bound", *Large transactions*).
+#[derive(Debug, Default)]
+struct GiveBackOnDrop(bool);
+
+impl Drop for GiveBackOnDrop {
+    fn drop(&mut self) {
+        if self.0 {
+            heap::give_back();
+        }
+    }
 }
 
 impl std::fmt::Debug for WriteTransaction {
@@ -480,6 +497,7 @@ impl WriteTransaction {
             lock: Some(lock),
             token: next_txn_token(),
             _not_sync: std::marker::PhantomData,
+            heap: GiveBackOnDrop::default(),
         })
     }
 
@@ -621,6 +639,7 @@ impl WriteTransaction {
     pub fn commit(mut self) -> Result<()> {
         self.claim();
         self.finished = true;
+        self.note_heap_bytes();
         let lock = self.take_lock()?;
         let result = self.commit_with(lock);
         if result.is_err() {
@@ -628,6 +647,12 @@ impl WriteTransaction {
             self.core.state_mut().pages.rollback();
         }
         result
+    }
+
+    /// Asks for freed memory to be given back once this transaction is
+    /// dropped if its writes hold that much now (a commit consumes them).
+    fn note_heap_bytes(&mut self) {
+        self.heap.0 |= self.core.state_mut().heap_bytes() >= heap::GIVE_BACK_FROM;
     }
 
     /// The writer lock, held from begin until commit takes it.
@@ -705,6 +730,7 @@ impl WriteTransaction {
 
 impl Drop for WriteTransaction {
     fn drop(&mut self) {
+        self.note_heap_bytes();
         let st = self.core.state_mut();
         if !self.finished {
             st.pages.rollback();
@@ -871,6 +897,7 @@ impl MultiWriteTransaction {
         for t in &mut self.txns {
             t.claim();
             t.finished = true;
+            t.note_heap_bytes();
             let lock = t.take_lock()?;
             parts.push((t.cf.clone(), lock));
         }

@@ -14,6 +14,8 @@
 //!   holds the crate's `unsafe` code).
 //! - [`run`] and [`slab`]: reference-counted page runs in memory, their
 //!   common sizes on huge pages (not a file API either; `unsafe` too).
+//! - [`heap`]: freed heap memory given back to the system after a very
+//!   large transaction (`unsafe`: a C library call).
 //!
 //! Must not know: pages, B-trees, the WAL. Offsets and lengths are bytes.
 //!
@@ -28,6 +30,7 @@
 
 mod conformance;
 pub mod file;
+pub mod heap;
 pub mod hint;
 pub mod hook;
 pub mod mem;

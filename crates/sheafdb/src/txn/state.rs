@@ -983,6 +983,14 @@ impl WriteState {
             })
     }
 
+    /// Heap bytes the transaction's writes hold now: the write set and the
+    /// log record being built (its pages are not counted: they are freed
+    /// to regions of their own, `storage::slab`).
+    pub fn heap_bytes(&self) -> u64 {
+        let log = self.log.as_ref().map_or(0, |l| l.len_bytes() as u64);
+        self.writes.bytes().saturating_add(log)
+    }
+
     /// True if committing must write the trees: the buffer was folded, the
     /// catalog changed, or pages were written.
     pub fn needs_tree_commit(&self) -> bool {

@@ -1,0 +1,88 @@
+//! How much memory the page cache really holds: resident memory against
+//! the cache's budget after a bulk load, random point reads and a full
+//! scan (design.md "Read path", *Huge pages*, memory bound). Prints
+//! figures; it is not a test.
+//!
+//! Run: `cargo run --release --example cache_memory [-- BUDGET_MIB [DIR]]`
+//! (default budget 16 MiB). Loads 1,000,000 pairs (the `sheaf-bench
+//! peers` shape, about 280 MiB of pages) in one transaction and
+//! checkpoints; then reads 1,000,000 random keys and scans the table
+//! twice, printing after each phase the process's anonymous resident
+//! memory (`RssAnon` of `/proc/self/status`), the part of it in huge
+//! pages (`AnonHugePages` of `/proc/self/smaps_rollup`), and the growth
+//! over the figure before the database was opened.
+
+mod common;
+
+use std::path::Path;
+
+use common::{in_scratch_dir, key, load_tree, LOAD, T};
+use sheafdb::{Database, Result};
+
+fn main() -> Result<()> {
+    let budget_mib: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
+    in_scratch_dir("sheafdb-cache-memory", std::env::args().nth(2), |dir| {
+        run(dir, budget_mib)
+    })
+}
+
+/// A `kB` field of a `/proc/self` file, in MiB.
+fn proc_mib(file: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn report(phase: &str, base: f64, budget_mib: usize) {
+    let anon = proc_mib("/proc/self/status", "RssAnon:");
+    let huge = proc_mib("/proc/self/smaps_rollup", "AnonHugePages:");
+    println!(
+        "{phase:<28} RssAnon {anon:>8.1} MiB  (+{:>7.1}, {:>5.2}x budget)  in huge pages {huge:>7.1} MiB",
+        anon - base,
+        (anon - base) / budget_mib as f64
+    );
+}
+
+fn run(dir: &Path, budget_mib: usize) -> Result<()> {
+    let base = proc_mib("/proc/self/status", "RssAnon:");
+    println!("cache budget {budget_mib} MiB; RssAnon before open {base:.1} MiB");
+    let db = Database::builder()
+        .cache_size_bytes(budget_mib << 20)
+        .create(dir.join("memory.sheaf"))?;
+    load_tree(&db)?;
+    report("after load + checkpoint", base, budget_mib);
+    let rx = db.begin_read()?;
+    let t = rx.open_table(T)?;
+    let mut found = 0u64;
+    for i in 0..LOAD {
+        let k = key((i * 7919) % LOAD);
+        found += u64::from(t.get(&k[..])?.is_some());
+    }
+    assert_eq!(found, LOAD, "every loaded key reads back");
+    report("after 1M random reads", base, budget_mib);
+    for pass in 0..2 {
+        let mut n = 0u64;
+        for e in t.iter()? {
+            e?;
+            n += 1;
+        }
+        assert_eq!(n, LOAD);
+        report(&format!("after full scan {}", pass + 1), base, budget_mib);
+    }
+    drop(t);
+    drop(rx);
+    drop(db);
+    report("after close", base, budget_mib);
+    Ok(())
+}
