@@ -161,14 +161,46 @@ pub(super) fn encode_value<V: Value>(val: &V::SelfType<'_>) -> Vec<u8> {
     v
 }
 
-pub(super) fn encode_bound<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(
-    b: Bound<&KR>,
-) -> Bound<Vec<u8>> {
+fn encode_bound<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(b: Bound<&KR>) -> Bound<Vec<u8>> {
     match b {
         Bound::Included(k) => Bound::Included(encode_key::<K>(k.borrow())),
         Bound::Excluded(k) => Bound::Excluded(encode_key::<K>(k.borrow())),
         Bound::Unbounded => Bound::Unbounded,
     }
+}
+
+/// `range`'s bounds, encoded; a bound that includes the least (greatest)
+/// key `K` can encode is made open, as it leaves out no key: a walk from
+/// an open side may then record the table's end there (design.md "End
+/// hints"), so draining a table by `range(0u64..)` in one transaction
+/// does not walk its tombstones again per key.
+pub(super) fn encode_bounds<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(
+    range: &impl RangeBounds<KR>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let lo = encode_bound::<K, KR>(range.start_bound());
+    let hi = encode_bound::<K, KR>(range.end_bound());
+    let lo = match lo {
+        Bound::Included(k) if is_least_key::<K>(&k) => Bound::Unbounded,
+        lo => lo,
+    };
+    let hi = match hi {
+        Bound::Included(k) if is_greatest_key::<K>(&k) => Bound::Unbounded,
+        hi => hi,
+    };
+    (lo, hi)
+}
+
+/// True if no encoding of a `K` is below `k`: the empty encoding, or a
+/// fixed-width type's all-zero one (every encoding is exactly that wide,
+/// `Value::fixed_width`, and keys compare by their bytes).
+pub(super) fn is_least_key<K: Key>(k: &[u8]) -> bool {
+    k.is_empty() || K::fixed_width() == Some(k.len()) && k.iter().all(|&b| b == 0)
+}
+
+/// True if no encoding of a `K` is above `k`: a fixed-width type's
+/// all-`FF` one.
+pub(super) fn is_greatest_key<K: Key>(k: &[u8]) -> bool {
+    K::fixed_width() == Some(k.len()) && k.iter().all(|&b| b == 0xFF)
 }
 
 pub(super) fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
@@ -459,8 +491,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         K: 'a,
         KR: Borrow<K::SelfType<'a>>,
     {
-        let start = encode_bound::<K, KR>(range.start_bound());
-        let end = encode_bound::<K, KR>(range.end_bound());
+        let (start, end) = encode_bounds::<K, KR>(&range);
         Ok(self.read_range(start, end))
     }
 
@@ -818,8 +849,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         K: 'a,
         KR: Borrow<K::SelfType<'a>>,
     {
-        let start = encode_bound::<K, KR>(range.start_bound());
-        let end = encode_bound::<K, KR>(range.end_bound());
+        let (start, end) = encode_bounds::<K, KR>(&range);
         self.write_range(as_ref_bound(&start), as_ref_bound(&end))
     }
 

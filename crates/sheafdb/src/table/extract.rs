@@ -15,7 +15,7 @@ use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
-use super::access::{as_ref_bound, encode_bound, entry, merged_step, Entry, Table};
+use super::access::{as_ref_bound, encode_bounds, entry, merged_step, Entry, Table};
 use super::types::{Key, Value};
 use crate::buffer::ends::EndHints;
 use crate::buffer::merge::{BufferWalk, TreeWalk, Window};
@@ -221,8 +221,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         KR: Borrow<K::SelfType<'a>>,
         F: FnMut(K::SelfType<'_>, V::SelfType<'_>) -> bool,
     {
-        let start = encode_bound::<K, KR>(range.start_bound());
-        let end = encode_bound::<K, KR>(range.end_bound());
+        let (start, end) = encode_bounds::<K, KR>(&range);
         self.extract_between(as_ref_bound(&start), as_ref_bound(&end), predicate)
     }
 

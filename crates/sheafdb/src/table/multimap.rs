@@ -22,7 +22,7 @@ use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
-use super::access::{encode_key, KeyGuard, Range, ReadOnlyTable, Table};
+use super::access::{encode_bounds, encode_key, KeyGuard, Range, ReadOnlyTable, Table};
 use super::types::Key;
 use crate::buffer::Held;
 use crate::error::{Error, Result};
@@ -168,15 +168,17 @@ fn decode_pair<K: Key + 'static, V: Key + 'static>(
 fn pair_bounds<'a, K: Key + 'a, KR: Borrow<K::SelfType<'a>>>(
     range: &impl RangeBounds<KR>,
 ) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let prefix = |k: &KR| key_prefix(&encode_key::<K>(k.borrow()));
-    let lo = match range.start_bound() {
-        Bound::Included(k) => Bound::Included(prefix(k)),
-        Bound::Excluded(k) => Bound::Included(prefix_end(&prefix(k))),
+    // A bound at the least (greatest) key leaves out no pair: open, so a
+    // walk from it may record the table's end (`access::encode_bounds`).
+    let (lo, hi) = encode_bounds::<K, KR>(range);
+    let lo = match lo {
+        Bound::Included(k) => Bound::Included(key_prefix(&k)),
+        Bound::Excluded(k) => Bound::Included(prefix_end(&key_prefix(&k))),
         Bound::Unbounded => Bound::Unbounded,
     };
-    let hi = match range.end_bound() {
-        Bound::Included(k) => Bound::Excluded(prefix_end(&prefix(k))),
-        Bound::Excluded(k) => Bound::Excluded(prefix(k)),
+    let hi = match hi {
+        Bound::Included(k) => Bound::Excluded(prefix_end(&key_prefix(&k))),
+        Bound::Excluded(k) => Bound::Excluded(key_prefix(&k)),
         Bound::Unbounded => Bound::Unbounded,
     };
     (lo, hi)
