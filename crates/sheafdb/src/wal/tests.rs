@@ -2189,3 +2189,219 @@ fn a_flipped_bit_in_a_live_segments_magic_is_damage_not_a_foreign_file() {
     )
     .unwrap_or_else(|e| panic!("a salvage cannot open past it: {e}"));
 }
+
+// ------------------------------------------------- rules kept twice
+
+/// Random power-loss draws per cut, besides the one that drops every
+/// unsynced write.
+const DRAWS_PER_CUT: u64 = 24;
+
+/// While armed, records before every `sync_data` the states a power loss
+/// at that moment could leave on `sim`: every unsynced write dropped, and
+/// [`DRAWS_PER_CUT`] random keep/drop/tear draws (seeded by the cut's
+/// number). A rule kept twice is kept by one step alone at a cut between
+/// that step's sync and the later sync that also covers it.
+#[derive(Debug, Default)]
+struct PowerCuts {
+    sim: SimVfs,
+    armed: AtomicBool,
+    images: Mutex<Vec<(String, SimVfs)>>,
+}
+
+impl Hook for PowerCuts {
+    fn before(&self, name: &str, op: FileOp) -> io::Result<()> {
+        if op != FileOp::Sync || !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut images = self.images.lock();
+        let cut = images.len() as u64 / (DRAWS_PER_CUT + 1);
+        let at = format!("cut {cut}, before a sync of {name}");
+        let all = self.sim.crash_with(0, CrashPolicy::DropAll);
+        images.push((format!("{at}, unsynced writes dropped"), all));
+        for draw in 0..DRAWS_PER_CUT {
+            let seed = cut * 1000 + draw;
+            images.push((format!("{at}, seed {seed}"), self.sim.crash(seed)));
+        }
+        Ok(())
+    }
+}
+
+impl PowerCuts {
+    /// A fresh `SimVfs` and the hooked VFS over it.
+    fn new() -> (Arc<PowerCuts>, Arc<dyn Vfs>) {
+        let cuts = Arc::new(PowerCuts::default());
+        let vfs = HookVfs::new(sim_arc(&cuts.sim), Arc::clone(&cuts) as Arc<dyn Hook>);
+        (cuts, Arc::new(vfs))
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Disarms and returns every state recorded, with its context.
+    fn take(&self) -> Vec<(String, SimVfs)> {
+        self.armed.store(false, Ordering::SeqCst);
+        let images = std::mem::take(&mut *self.images.lock());
+        assert!(!images.is_empty(), "no sync while armed");
+        images
+    }
+}
+
+/// Opens `image` from `from` (with the anchor it holds): the open must
+/// succeed and report no damage.
+fn opens_without_damage(image: &SimVfs, o: WalOptions, from: Lsn, ctx: &str) -> (Wal, Records) {
+    let mut got = Records::new();
+    let o = WalOptions {
+        anchor: read_anchor(image),
+        ..o
+    };
+    let (wal, s) = open(sim_arc(image), DB, o, from, &mut |l, p| {
+        got.push((l, p.to_vec()));
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
+    assert_eq!(s.damage, None, "{ctx}");
+    (wal, got)
+}
+
+/// Rule O16's "ended" anchor before a recycled file's new header
+/// (`SegmentIo::unanchor`, from `Step::Begin { replaces }`). A log wholly
+/// checkpointed retires its open use and keeps its file; a record too
+/// large for that file makes the next use regrow the same file, whose
+/// zero fill (synced) wipes the anchored use's header. A power cut before
+/// the new header is synced leaves no file holding the anchored use or a
+/// use continuing it: with the anchor still "begun", the open refused a
+/// log that lost nothing. (The give-back path is
+/// `a_given_back_anchored_use_does_not_fail_the_next_open`.)
+#[test]
+fn a_power_cut_while_an_anchored_use_s_file_is_regrown_keeps_the_log_openable() {
+    let o = growing_opts();
+    let (cuts, vfs) = PowerCuts::new();
+    let (wal, _) = open(vfs, DB, o, Lsn(0), &mut |_, _| Ok(())).unwrap();
+    wal.start_anchoring(sim_announcer(&cuts.sim)).unwrap();
+    append_n(&wal, 0, 4, &[700]);
+    let from = wal.next_lsn();
+    wal.release_before(from);
+    wal.give_back(u64::MAX, Retire::Any).unwrap();
+    let anchored = read_anchor(&cuts.sim).map(|a| (a.kind, a.seq));
+    assert_eq!(anchored, Some((AnchorKind::Begun, 1)), "use 1 is anchored");
+    cuts.arm();
+    let records = append_n(&wal, 10, 1, &[6000]);
+    let images = cuts.take();
+    assert_eq!(wal.segment_files(), 1, "the use took the retired file");
+    let len = cuts.sim.file_bytes("db-wal.0").map(|b| b.len() as u64);
+    assert!(len > Some(o.min_segment_bytes), "the file was not regrown");
+    drop(wal);
+    for (ctx, image) in images {
+        let (_, got) = opens_without_damage(&image, o, from, &ctx);
+        assert!(records.starts_with(&got), "{ctx}: not a prefix");
+    }
+}
+
+/// Rule O14's fill sync (`SegmentIo::preallocate`): a new file's zeros
+/// are durable before its header is written. The header's own sync
+/// covers the fill too, but a power cut before it may keep the header
+/// and lose zeros: a use in a file shorter than its header says. The
+/// open after it ends the log there; then a checkpoint at the log end
+/// and a clean close; the open after that must still succeed (with the
+/// header written first, the session-34 probe found it refused as cut).
+#[test]
+fn a_power_cut_before_a_new_file_s_header_is_synced_leaves_no_short_use() {
+    let o = growing_opts();
+    let (cuts, vfs) = PowerCuts::new();
+    let (wal, _) = open(vfs, DB, o, Lsn(0), &mut |_, _| Ok(())).unwrap();
+    let mut records = append_n(&wal, 0, 4, &[700]);
+    assert_eq!(wal.segment_files(), 1);
+    cuts.arm();
+    records.extend(append_n(&wal, 10, 3, &[700]));
+    let images = cuts.take();
+    assert_eq!(wal.segment_files(), 2, "no switch to a new file");
+    drop(wal);
+    for (ctx, image) in images {
+        let (wal, got) = opens_without_damage(&image, o, FIRST_LSN, &ctx);
+        assert!(records.starts_with(&got), "{ctx}: not a prefix");
+        append_n(&wal, 100, 2, &[700]);
+        let end = wal.next_lsn();
+        wal.release_before(end);
+        let _ = wal.give_back(0, Retire::Any);
+        drop(wal);
+        let closed = WalOptions {
+            log_ended: true,
+            ..o
+        };
+        opens_without_damage(&image, closed, end, &format!("{ctx}, after a close"));
+    }
+}
+
+/// Rule O11's call in `begin_use` (before a new file's header, which
+/// `preallocate` syncs at once), on a log with no anchor (the WAL on its
+/// own, as `sheafdb::testing::Wal`), where no anchor write syncs the
+/// headers before the next one. The first use takes the header-less
+/// file `ensure_file` made (nothing links to it; its header is only
+/// written), and the same round fills it and begins a use in a new file.
+/// A cut after the second header's sync and before the first's kept the
+/// second and lost the first: the open found a log starting past its
+/// replay start and refused it, though nothing acknowledged was lost.
+#[test]
+fn a_power_cut_between_two_headers_of_one_round_keeps_the_log_openable() {
+    let o = growing_opts();
+    let (cuts, vfs) = PowerCuts::new();
+    let (wal, _) = open(vfs, DB, o, Lsn(0), &mut |_, _| Ok(())).unwrap();
+    wal.ensure_file().unwrap();
+    assert_eq!(wal.segment_files(), 1);
+    cuts.arm();
+    let mut end = FIRST_LSN;
+    for i in 0..8 {
+        end = wal.append(&payload(i, 700)).unwrap().1;
+    }
+    wal.sync().unwrap();
+    let images = cuts.take();
+    assert_eq!(wal.segment_files(), 2, "no switch in the round");
+    assert_eq!(wal.synced_lsn(), end);
+    drop(wal);
+    for (ctx, image) in images {
+        opens_without_damage(&image, o, FIRST_LSN, &ctx);
+    }
+}
+
+/// Rule O15's order (`link_use` makes the new use's header durable before
+/// writing the link), on a log with no anchor (which would sync the
+/// header first). One round writes frames of use 2 (slot 1), begins use
+/// 3 in slot 0 (recycled at its size: its header is only written) and
+/// links it from slot 1. Synced in first-write order, slot 1 and its link
+/// became durable before the header the link names: a cut between the
+/// two syncs left a link to a use no file holds, past the replay start,
+/// and the open reported damage where a crash had lost nothing
+/// acknowledged.
+#[test]
+fn a_power_cut_between_a_link_and_its_use_s_header_is_not_damage() {
+    let o = WalOptions {
+        min_segment_bytes: SEG,
+        ..opts(SEG)
+    };
+    let (cuts, vfs) = PowerCuts::new();
+    let (wal, _) = open(vfs, DB, o, Lsn(0), &mut |_, _| Ok(())).unwrap();
+    let mut records = Records::new();
+    while wal.segment_files() < 2 {
+        records.extend(append_n(&wal, records.len() as u64, 1, &[700]));
+    }
+    records.extend(append_n(&wal, 100, 2, &[700]));
+    let from = wal.next_lsn();
+    wal.release_before(from);
+    let open_start = wal.state.lock().layout.open_start();
+    cuts.arm();
+    let mut tag = 200;
+    while wal.state.lock().layout.open_start() == open_start {
+        records.push((wal.append(&payload(tag, 700)).unwrap().0, payload(tag, 700)));
+        tag += 1;
+    }
+    wal.sync().unwrap();
+    let images = cuts.take();
+    assert_eq!(wal.segment_files(), 2, "use 3 did not recycle slot 0");
+    drop(wal);
+    for (ctx, image) in images {
+        let (_, got) = opens_without_damage(&image, o, from, &ctx);
+        let want: Records = records.iter().filter(|r| r.0 >= from).cloned().collect();
+        assert!(want.starts_with(&got), "{ctx}: not a prefix");
+    }
+}
