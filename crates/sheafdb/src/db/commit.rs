@@ -99,13 +99,19 @@ impl<'a> Unpublished<'a> {
         self.armed = false;
         let db = self.db;
         let id = self.cf.id;
-        if let Err(e) = &durable {
-            db.poison(e);
+        if let Err(e) = durable {
+            db.poison(&e);
+            // The committer gets its own error; the waiters behind it get
+            // the first cause, which may be another's (README: `Poisoned`
+            // carries the first failure).
+            let first = Err(Error::Poisoned(db.health.poison_cause()));
+            self.cf.mark(self.version.version, &first, None, &|_| {});
+            return Err(e);
         }
-        let log = durable.is_ok().then(|| db.wal().marks());
-        self.cf.publish(self.version.version, durable, log, &|v| {
-            db.note_published(id, v)
-        })
+        self.cf
+            .publish(self.version.version, Ok(()), Some(db.wal().marks()), &|v| {
+                db.note_published(id, v)
+            })
     }
 
     /// Marks a commit that has nothing to wait for (`Durability::None`)
@@ -163,10 +169,13 @@ impl Drop for Unpublished<'_> {
                     ""
                 }
             ));
-            self.db.health.poison_with(cause.clone());
+            // The first cause wins (another failure may have poisoned
+            // the database first: this commit then stopped because of it);
+            // waiters behind this version get that one.
+            self.db.health.poison_with(cause);
             let _ = self.cf.publish(
                 self.version.version,
-                Err(Error::Poisoned(cause)),
+                Err(Error::Poisoned(self.db.health.poison_cause())),
                 None,
                 &|_| {},
             );
@@ -1134,6 +1143,72 @@ mod end_hint_tests {
         let walked = take_tombstones_walked();
         assert_eq!(drained, N);
         assert!(walked <= 2 * N, "{walked} tombstones walked");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod unpublished_tests {
+    use std::io;
+    use std::sync::Arc;
+
+    use super::Unpublished;
+    use crate::db::Database;
+    use crate::error::{Error, PoisonCause, Result};
+    use crate::pager::alloc::ReclaimBatch;
+    use crate::storage::mem::MemVfs;
+    use crate::txn::version::CfVersion;
+    use crate::txn::FoldNudge;
+    use crate::types::Version;
+
+    /// A commit that stops before publishing after another failure
+    /// poisoned the database (a multi-CF commit whose wait for earlier
+    /// versions saw the poison, on a real full disk in a session-36 probe;
+    /// or one whose own sync failed later) fails its version with the
+    /// first cause, which the CF's later waiters then get. It used to be
+    /// a cause of its own ("stopped between its WAL append and its
+    /// publication", no I/O kind; or its own error), so a caller checking
+    /// for `StorageFull` missed a full disk.
+    #[test]
+    fn a_commit_stopped_after_another_failure_fails_with_the_first_cause() -> Result<()> {
+        type Stop = fn(Unpublished<'_>);
+        let ways: [(&str, Stop); 2] = [
+            ("dropped", |u| drop(u)),
+            ("failed", |u| {
+                drop(u.fail(Error::Io(io::Error::other("later"))))
+            }),
+        ];
+        for (name, stop) in ways {
+            let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "u.sheaf")?;
+            let shared = &*db.shared;
+            let cf = (shared.registry.cfs.read().values().next().cloned()).expect("the default cf");
+            let full = Error::Io(io::Error::from(io::ErrorKind::StorageFull));
+            shared.health.poison_with(PoisonCause::of(&full));
+            let cur = cf.current.load_full();
+            let batch = ReclaimBatch::new(cf.alloc.lock().released_sink());
+            let next = Version(cur.version.0 + 1);
+            let v = CfVersion::of_trees(
+                next,
+                cur.catalog,
+                cur.next_table,
+                cur.lsn,
+                batch,
+                FoldNudge::default(),
+            );
+            let v = Arc::new(v);
+            cf.enqueue(v.clone());
+            stop(Unpublished::new(shared, &cf, v));
+            match cf.wait_published(next) {
+                Err(Error::Poisoned(cause)) => {
+                    assert_eq!(
+                        cause.io_kind(),
+                        Some(io::ErrorKind::StorageFull),
+                        "{name}: {cause}"
+                    );
+                }
+                other => panic!("{name}: expected the first cause, got {other:?}"),
+            }
+        }
         Ok(())
     }
 }
