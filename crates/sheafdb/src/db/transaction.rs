@@ -619,7 +619,8 @@ impl WriteTransaction {
     }
 
     /// Renames table `from` to `to`. `TableNotFound` if `from` is missing,
-    /// `TableExists` if `to` exists.
+    /// `TableExists` if another table is named `to` (renaming a table to
+    /// its own name changes nothing, as in redb).
     pub fn rename_table(&self, from: &str, to: &str) -> Result<()> {
         self.claim();
         self.core.rename_table(from, to)

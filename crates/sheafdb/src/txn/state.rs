@@ -1239,6 +1239,9 @@ impl WriteState {
         let meta = self
             .table_meta(from)?
             .ok_or_else(|| Error::TableNotFound(from.to_string()))?;
+        if from == to {
+            return Ok(()); // as redb: a table renamed to its own name stays
+        }
         if self.table_meta(to)?.is_some() {
             return Err(Error::TableExists(to.to_string()));
         }
