@@ -304,6 +304,9 @@ pub(crate) struct WriteState {
     /// Pending write bytes of one table (with pages) past which they are
     /// applied to its tree ([`SPILL_BYTES`] unless the database says).
     pub spill_bytes: u64,
+    /// The most bytes the write set and log record held at once, noted
+    /// as each operation is logged ([`WriteState::heap_bytes`]).
+    heap_high: u64,
     /// The CF's key filters as this transaction began (under the writer
     /// lock): every put is added to them, and a trusted one spares the
     /// tree descent of a key it lacks (F1, `txn::key_filter`). `None` for
@@ -436,6 +439,7 @@ impl WriteState {
             keep_log: false,
             fold_asked: false,
             spill_bytes: SPILL_BYTES,
+            heap_high: 0,
             key_filter: None,
             unsettled: IdMap::default(),
             // Replay (no log) puts entries without `log_write`: it starts
@@ -544,6 +548,10 @@ impl WriteState {
     pub fn log(&mut self, op: &Op<'_>) {
         if let Some(enc) = &mut self.log {
             enc.push_for(self.cf, op);
+            // Before the record is dropped here, or the write set spilled
+            // to the trees (`spill_if_large`): what they held is freed then.
+            let held = self.writes.bytes().saturating_add(enc.len_bytes() as u64);
+            self.heap_high = self.heap_high.max(held);
             if enc.len_bytes() > self.log_max_bytes && !self.keep_log {
                 self.log = None;
             }
@@ -983,12 +991,13 @@ impl WriteState {
             })
     }
 
-    /// Heap bytes the transaction's writes hold now: the write set and the
-    /// log record being built (its pages are not counted: they are freed
-    /// to regions of their own, `storage::slab`).
+    /// Heap bytes the transaction's writes held at most: the write set and
+    /// the log record being built, now or before a spill to the trees or
+    /// the record's drop freed them (its pages are not counted: they are
+    /// freed to regions of their own, `storage::slab`).
     pub fn heap_bytes(&self) -> u64 {
         let log = self.log.as_ref().map_or(0, |l| l.len_bytes() as u64);
-        self.writes.bytes().saturating_add(log)
+        self.writes.bytes().saturating_add(log).max(self.heap_high)
     }
 
     /// True if committing must write the trees: the buffer was folded, the
