@@ -419,11 +419,16 @@ pub struct WriteTransaction {
 /// transaction it ends held [`heap::GIVE_BACK_FROM`] bytes of writes or
 /// more (design.md "Memory bound", *Large transactions*).
 #[derive(Debug, Default)]
-struct GiveBackOnDrop(bool);
+struct GiveBackOnDrop {
+    due: bool,
+    /// The owner gives back instead: a [`MultiWriteTransaction`], once
+    /// every part has released its writer lock.
+    deferred: bool,
+}
 
 impl Drop for GiveBackOnDrop {
     fn drop(&mut self) {
-        if self.0 {
+        if self.due && !self.deferred {
             heap::give_back();
         }
     }
@@ -653,7 +658,7 @@ impl WriteTransaction {
     /// Asks for freed memory to be given back once this transaction is
     /// dropped if its writes hold that much now (a commit consumes them).
     fn note_heap_bytes(&mut self) {
-        self.heap.0 |= self.core.state_mut().heap_bytes() >= heap::GIVE_BACK_FROM;
+        self.heap.due |= self.core.state_mut().heap_bytes() >= heap::GIVE_BACK_FROM;
     }
 
     /// The writer lock, held from begin until commit takes it.
@@ -760,6 +765,25 @@ impl std::fmt::Debug for MultiWriteTransaction {
         f.debug_struct("MultiWriteTransaction")
             .field("cfs", &ids)
             .finish()
+    }
+}
+
+impl Drop for MultiWriteTransaction {
+    /// Its parts end in order, each releasing its writer lock as it drops;
+    /// the heap is given back once, after the last (a part's own
+    /// give-back, tens of milliseconds, ran while the later parts still
+    /// held their CFs' writer locks, and once per large part).
+    fn drop(&mut self) {
+        let mut due = false;
+        for t in &mut self.txns {
+            t.note_heap_bytes();
+            due |= t.heap.due;
+            t.heap.deferred = true;
+        }
+        self.txns.clear();
+        if due {
+            heap::give_back();
+        }
     }
 }
 
@@ -929,6 +953,60 @@ impl MultiWriteTransaction {
     /// Discards every change.
     pub fn abort(self) -> Result<()> {
         drop(self);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod give_back_tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    use crate::db::Database;
+    use crate::error::Result;
+    use crate::storage::heap::ON_GIVE_BACK;
+    use crate::storage::mem::MemVfs;
+    use crate::TableDefinition;
+
+    /// A multi-CF transaction whose first part held 32 MiB gives the heap
+    /// back once, after every part released its writer lock (a part gave
+    /// it back as it dropped, the later parts' locks still held), whether
+    /// it commits or is dropped.
+    #[test]
+    fn a_multi_cf_transaction_gives_back_once_with_no_writer_lock_held() -> Result<()> {
+        const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+        let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "g.sheaf")?;
+        let (a, b) = (db.cf_or_create("a")?, db.cf_or_create("b")?);
+        let value = vec![7u8; 1 << 20];
+        for commit in [false, true] {
+            let calls = Rc::new(Cell::new(0));
+            let locked = Rc::new(Cell::new(0));
+            let cfs = [a.cf.clone(), b.cf.clone()];
+            let (c, l) = (calls.clone(), locked.clone());
+            ON_GIVE_BACK.with(|f| {
+                *f.borrow_mut() = Some(Box::new(move || {
+                    c.set(c.get() + 1);
+                    l.set(l.get() + cfs.iter().filter(|cf| cf.writer.is_locked()).count());
+                }))
+            });
+            let tx = db.begin_write_cfs(&[&a, &b])?;
+            {
+                let mut t = tx.open_table(&a, T)?;
+                for i in 0..40u64 {
+                    t.insert(i, &value[..])?;
+                }
+                tx.open_table(&b, T)?.insert(1, &value[..1])?;
+            }
+            if commit {
+                tx.commit()?;
+            } else {
+                drop(tx);
+            }
+            ON_GIVE_BACK.with(|f| f.borrow_mut().take());
+            assert_eq!(calls.get(), 1, "commit {commit}: give-backs");
+            assert_eq!(locked.get(), 0, "commit {commit}: writer locks held then");
+        }
         Ok(())
     }
 }

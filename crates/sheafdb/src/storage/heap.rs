@@ -29,6 +29,12 @@ pub const GIVE_BACK_FROM: u64 = 32 << 20;
 /// was returned. May take tens of milliseconds on a heap of hundreds of
 /// MiB: call it only after freeing about [`GIVE_BACK_FROM`] bytes or more.
 pub fn give_back() -> bool {
+    #[cfg(test)]
+    ON_GIVE_BACK.with(|f| {
+        if let Some(f) = &*f.borrow() {
+            f();
+        }
+    });
     #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
     {
         // SAFETY: `malloc_trim` only walks and advises glibc's own free
@@ -39,4 +45,12 @@ pub fn give_back() -> bool {
     {
         false
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Called by [`give_back`] on its thread (tests look at the locks held
+    /// then).
+    pub static ON_GIVE_BACK: std::cell::RefCell<Option<Box<dyn Fn()>>> =
+        const { std::cell::RefCell::new(None) };
 }
