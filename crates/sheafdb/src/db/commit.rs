@@ -1098,7 +1098,9 @@ mod end_hint_tests {
                 b.insert(k, ())?;
             }
             fn keys(
-                r: impl Iterator<Item = Result<(crate::KeyGuard<u64>, crate::AccessGuard<()>)>>,
+                r: impl Iterator<
+                    Item = Result<(crate::table::KeyGuard<u64>, crate::table::AccessGuard<()>)>,
+                >,
             ) -> Result<Vec<u64>> {
                 r.map(|e| e.map(|(k, _)| k.value())).collect()
             }
@@ -1118,8 +1120,8 @@ mod end_hint_tests {
     /// hint before: 80,200 tombstones walked for 400 pairs).
     #[test]
     fn draining_a_multimap_by_its_least_key_walks_each_tombstone_about_once() -> Result<()> {
-        const M: crate::MultimapTableDefinition<u64, u64> =
-            crate::MultimapTableDefinition::new("m");
+        const M: crate::table::MultimapTableDefinition<u64, u64> =
+            crate::table::MultimapTableDefinition::new("m");
         const N: u64 = 400;
         let db = Database::builder().create_with_vfs(Arc::new(MemVfs::new()), "m.sheaf")?;
         let tx = db.begin_write()?;

@@ -967,7 +967,7 @@ mod give_back_tests {
     use crate::error::Result;
     use crate::storage::heap::ON_GIVE_BACK;
     use crate::storage::mem::MemVfs;
-    use crate::TableDefinition;
+    use crate::table::types::TableDefinition;
 
     /// A multi-CF transaction whose first part held 32 MiB gives the heap
     /// back once, after every part released its writer lock (a part gave

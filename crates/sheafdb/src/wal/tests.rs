@@ -2311,6 +2311,7 @@ fn a_power_cut_before_a_new_file_s_header_is_synced_leaves_no_short_use() {
     let (cuts, vfs) = PowerCuts::new();
     let (wal, _) = open(vfs, DB, o, Lsn(0), &mut |_, _| Ok(())).unwrap();
     let mut records = append_n(&wal, 0, 4, &[700]);
+    let synced = records.len(); // durable before any cut
     assert_eq!(wal.segment_files(), 1);
     cuts.arm();
     records.extend(append_n(&wal, 10, 3, &[700]));
@@ -2320,6 +2321,10 @@ fn a_power_cut_before_a_new_file_s_header_is_synced_leaves_no_short_use() {
     for (ctx, image) in images {
         let (wal, got) = opens_without_damage(&image, o, FIRST_LSN, &ctx);
         assert!(records.starts_with(&got), "{ctx}: not a prefix");
+        assert!(
+            got.len() >= synced,
+            "{ctx}: a record synced before the cuts lost"
+        );
         append_n(&wal, 100, 2, &[700]);
         let end = wal.next_lsn();
         wal.release_before(end);
