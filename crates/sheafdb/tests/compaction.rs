@@ -224,27 +224,26 @@ fn crash_at_every_step(
     assert!(shrunk(before, after), "no cut: {before} -> {after}");
     drop(db);
     eprintln!("compaction: {steps} storage operations, {before} -> {after} bytes");
-    for step in 1..=steps {
-        for seed in 0..4u64 {
-            let vfs = SimVfs::new();
-            let db = crash_case(&vfs, kept);
-            vfs.fail_from(step, Fault::Eio);
-            let _ = compact(&db);
-            let crashed = if seed == 3 {
-                vfs.process_crash()
-            } else {
-                vfs.crash(step * 10 + seed)
-            };
-            drop(db);
-            let db = builder()
-                .open_with_vfs(Arc::new(crashed.clone()), "k.sheaf")
-                .unwrap_or_else(|e| panic!("step {step} seed {seed}: reopen: {e}"));
-            assert_eq!(contents(&db).unwrap(), want, "step {step} seed {seed}");
-            db.check_integrity()
-                .unwrap_or_else(|e| panic!("step {step} seed {seed}: integrity: {e}"));
-            then(db, &crashed, &format!("step {step} seed {seed}"));
-        }
-    }
+    common::in_parallel(0..steps * 4, |case| {
+        let (step, seed) = (case / 4 + 1, case % 4);
+        let vfs = SimVfs::new();
+        let db = crash_case(&vfs, kept);
+        vfs.fail_from(step, Fault::Eio);
+        let _ = compact(&db);
+        let crashed = if seed == 3 {
+            vfs.process_crash()
+        } else {
+            vfs.crash(step * 10 + seed)
+        };
+        drop(db);
+        let db = builder()
+            .open_with_vfs(Arc::new(crashed.clone()), "k.sheaf")
+            .unwrap_or_else(|e| panic!("step {step} seed {seed}: reopen: {e}"));
+        assert_eq!(contents(&db).unwrap(), want, "step {step} seed {seed}");
+        db.check_integrity()
+            .unwrap_or_else(|e| panic!("step {step} seed {seed}: integrity: {e}"));
+        then(db, &crashed, &format!("step {step} seed {seed}"));
+    });
 }
 
 /// Issue 14's space goals: load, remove half, compact: at most 0.6 of the

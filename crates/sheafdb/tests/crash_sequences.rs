@@ -311,9 +311,7 @@ fn crash_sequences_over_mixed_durability_and_checkpoints() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(2500);
-    for seed in 0..cases {
-        run_case(seed);
-    }
+    common::in_parallel(0..cases, run_case);
 }
 
 // ------------------------------------------------------------ directed cases

@@ -136,9 +136,13 @@ fn create_cf_racing_a_checkpoint_is_lost_after_a_crash() -> Result<()> {
             "create_cf never synced the WAL"
         );
         // The create record is appended (and being synced); the CF is not
-        // registered yet.
-        db.checkpoint()?;
+        // registered yet. A checkpoint started now waits for the create to
+        // register its CF (the registry's change lock): it is released
+        // while the checkpoint waits, as held it would wait out the gate.
+        let c = s.spawn(|| db.checkpoint());
+        std::thread::sleep(Duration::from_millis(100));
         gate.release();
+        c.join().expect("checkpoint thread")?;
         h.join().expect("create thread")
     })?;
     let tx = x.begin_write()?;
