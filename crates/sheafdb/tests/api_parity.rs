@@ -666,7 +666,7 @@ fn the_entry_api_matches_a_model() -> Result<()> {
         let mut t = tx.open_table(NUMS)?;
         for _ in 0..2000 {
             let k = rng.gen_range(0..100u64);
-            match rng.gen_range(0..5) {
+            match rng.gen_range(0..8) {
                 0 => {
                     let v = t.entry(k)?.or_insert(7)?.value();
                     assert_eq!(v, *m.entry(k).or_insert(7));
@@ -701,6 +701,31 @@ fn the_entry_api_matches_a_model() -> Result<()> {
                         assert!(!m.contains_key(&k));
                     }
                 }
+                5 => {
+                    let mut seen = None;
+                    let v = t
+                        .entry(k)?
+                        .or_insert_with_key(|key| {
+                            seen = Some(key);
+                            key + 5
+                        })?
+                        .value();
+                    assert_eq!(seen, (!m.contains_key(&k)).then_some(k));
+                    assert_eq!(v, *m.entry(k).or_insert(k + 5));
+                }
+                6 => match t.entry(k)? {
+                    Entry::Occupied(o) => {
+                        let (key, value) = o.remove_entry()?;
+                        assert_eq!(
+                            (Some(key.value()), Some(value.value())),
+                            (Some(k), m.remove(&k))
+                        );
+                    }
+                    Entry::Vacant(v) => {
+                        assert!(!m.contains_key(&k));
+                        assert_eq!(v.into_key()?.value(), k);
+                    }
+                },
                 _ => match t.entry(k)? {
                     Entry::Occupied(o) => {
                         assert_eq!(Some(o.remove()?.value()), m.remove(&k));

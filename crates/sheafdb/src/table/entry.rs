@@ -1,5 +1,6 @@
 //! One key of a write table at a time: the entry API
-//! ([`Table::entry`]: `or_insert`, `or_insert_with`, `and_modify`, …),
+//! ([`Table::entry`]: `or_insert`, `or_insert_with`, `or_insert_with_key`,
+//! `and_modify`, …),
 //! [`Table::get_mut`] and [`Table::insert_reserve`] (a value of known
 //! length written in place).
 //!
@@ -11,7 +12,7 @@
 
 use std::borrow::Borrow;
 
-use super::access::{encode_key, encode_value, opt_value, AccessGuard, Table};
+use super::access::{encode_key, encode_value, opt_value, AccessGuard, KeyGuard, Table};
 use super::types::{Key, Value};
 use crate::btree;
 use crate::buffer::Held;
@@ -139,6 +140,25 @@ impl<'a, 'txn, K: Key + 'static, V: Value + 'static> Entry<'a, 'txn, K, V> {
         }
     }
 
+    /// The value, inserting what `default` makes of the key first if the
+    /// key is absent (`default` is not called otherwise).
+    pub fn or_insert_with_key<'v, B>(
+        self,
+        default: impl FnOnce(K::SelfType<'_>) -> B,
+    ) -> Result<AccessGuard<V>>
+    where
+        V: 'v,
+        B: Borrow<V::SelfType<'v>>,
+    {
+        match self {
+            Entry::Occupied(o) => Ok(o.value),
+            Entry::Vacant(v) => {
+                let bytes = encode_value::<V>(default(v.key()?).borrow());
+                v.insert_raw(bytes)
+            }
+        }
+    }
+
     /// If the key has a value, replaces it with what `f` makes of it.
     pub fn and_modify<'v, B>(self, f: impl FnOnce(V::SelfType<'_>) -> B) -> Result<Self>
     where
@@ -209,6 +229,12 @@ impl<K: Key + 'static, V: Value + 'static> OccupiedEntry<'_, '_, K, V> {
         self.table.put_raw(&self.key, None)?;
         Ok(self.value)
     }
+
+    /// Removes the key; returns it and its value.
+    pub fn remove_entry(self) -> Result<(KeyGuard<K>, AccessGuard<V>)> {
+        self.table.put_raw(&self.key, None)?;
+        Ok((KeyGuard::new(Held::Shared(self.key.into()))?, self.value))
+    }
 }
 
 /// An absent key ([`Entry::Vacant`]).
@@ -228,7 +254,15 @@ impl<K: Key + 'static, V: Value + 'static> VacantEntry<'_, '_, K, V> {
     where
         V: 'v,
     {
-        let bytes = encode_value::<V>(value.borrow());
+        self.insert_raw(encode_value::<V>(value.borrow()))
+    }
+
+    /// The key, giving up the entry without inserting.
+    pub fn into_key(self) -> Result<KeyGuard<K>> {
+        KeyGuard::new(Held::Shared(self.key.into()))
+    }
+
+    fn insert_raw(self, bytes: Vec<u8>) -> Result<AccessGuard<V>> {
         self.table.put_raw(&self.key, Some(&bytes))?;
         AccessGuard::new(Held::Shared(bytes.into()))
     }
