@@ -100,11 +100,10 @@ impl<'a> Unpublished<'a> {
         let db = self.db;
         let id = self.cf.id;
         if let Err(e) = durable {
-            db.poison(&e);
             // The committer gets its own error; the waiters behind it get
             // the first cause, which may be another's (README: `Poisoned`
             // carries the first failure).
-            let first = Err(Error::Poisoned(db.health.poison_cause()));
+            let first = Err(Error::Poisoned(db.health.poison(&e)));
             self.cf.mark(self.version.version, &first, None, &|_| {});
             return Err(e);
         }
@@ -172,10 +171,10 @@ impl Drop for Unpublished<'_> {
             // The first cause wins (another failure may have poisoned
             // the database first: this commit then stopped because of it);
             // waiters behind this version get that one.
-            self.db.health.poison_with(cause);
+            let first = self.db.health.poison_with(cause);
             let _ = self.cf.publish(
                 self.version.version,
-                Err(Error::Poisoned(self.db.health.poison_cause())),
+                Err(Error::Poisoned(first)),
                 None,
                 &|_| {},
             );

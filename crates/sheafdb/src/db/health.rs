@@ -90,14 +90,17 @@ impl Health {
 
     /// Marks the database unusable for writes until reopened; the first
     /// cause is kept for every later `Error::Poisoned`.
-    pub fn poison(&self, cause: &Error) {
-        self.poison_with(PoisonCause::of(cause));
+    pub fn poison(&self, cause: &Error) -> PoisonCause {
+        self.poison_with(PoisonCause::of(cause))
     }
 
-    /// [`Health::poison`] with a cause that is not an `Error`.
-    pub fn poison_with(&self, cause: PoisonCause) {
-        let _ = self.poison_cause.set(cause);
+    /// [`Health::poison`] with a cause that is not an `Error`. Returns the
+    /// first cause, which is `cause` only if nothing poisoned the database
+    /// before.
+    pub fn poison_with(&self, cause: PoisonCause) -> PoisonCause {
+        let first = self.poison_cause.get_or_init(|| cause).clone();
         self.poisoned.store(true, Ordering::Release);
+        first
     }
 
     /// The first failure that poisoned the database.
