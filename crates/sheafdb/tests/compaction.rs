@@ -224,7 +224,7 @@ fn crash_at_every_step(
     assert!(shrunk(before, after), "no cut: {before} -> {after}");
     drop(db);
     eprintln!("compaction: {steps} storage operations, {before} -> {after} bytes");
-    common::in_parallel(0..steps * 4, |case| {
+    sheafdb::testing::in_parallel(0..steps * 4, |case| {
         let (step, seed) = (case / 4 + 1, case % 4);
         let vfs = SimVfs::new();
         let db = crash_case(&vfs, kept);

@@ -311,7 +311,7 @@ fn crash_sequences_over_mixed_durability_and_checkpoints() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(2500);
-    common::in_parallel(0..cases, run_case);
+    sheafdb::testing::in_parallel(0..cases, run_case);
 }
 
 // ------------------------------------------------------------ directed cases

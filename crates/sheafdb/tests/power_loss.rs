@@ -95,5 +95,5 @@ fn power_loss_at_random_points() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5000);
-    common::in_parallel(0..cases, run_case);
+    sheafdb::testing::in_parallel(0..cases, run_case);
 }

@@ -1347,7 +1347,7 @@ fn window_batch(
 fn batches_of_every_density_match_a_model() {
     const SPACE: u32 = 6000;
     let seeds: u64 = std::env::var("RUN_SEEDS").map_or(12, |v| v.parse().unwrap());
-    for seed in 0..seeds {
+    let one_seed = |seed: u64| {
         let mut rng = StdRng::seed_from_u64(5000 + seed);
         let long = [0, 10, 40, 90, 100][seed as usize % 5];
         let ps = if seed % 6 == 5 { 8192 } else { PS };
@@ -1419,7 +1419,14 @@ fn batches_of_every_density_match_a_model() {
         apply_sorted(&mut s, &mut root, &all).unwrap();
         assert_eq!(root, TreeRoot::default(), "seed {seed}");
         assert!(s.live().is_empty(), "seed {seed}: pages left");
-    }
+    };
+    // Two threads, odd and even seeds: the seeds are independent, and run
+    // one after another they were most of the unit tests' time in CI.
+    std::thread::scope(|s| {
+        for half in 0..2 {
+            s.spawn(move || (half..seeds).step_by(2).for_each(one_seed));
+        }
+    });
 }
 
 /// Points child `k` of branch `pid` (a committed page) at `to`, bypassing

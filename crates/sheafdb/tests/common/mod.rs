@@ -144,38 +144,3 @@ pub fn watchdog<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 's
         Err(RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
     }
 }
-
-/// Calls `case(i)` for every `i` in `cases`, spread over one thread per
-/// core. For the long crash sweeps (every step, every seed) whose cases
-/// are independent: run alone they kept one of CI's two cores idle. A
-/// panicking case (its message names its step or seed) stops the other
-/// threads at their next case and fails the caller.
-pub fn in_parallel(cases: std::ops::Range<u64>, case: impl Fn(u64) + Sync) {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let next = AtomicU64::new(cases.start);
-    let failed = AtomicBool::new(false);
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                /// Marks the sweep failed when its thread unwinds.
-                struct OnPanic<'a>(&'a AtomicBool);
-                impl Drop for OnPanic<'_> {
-                    fn drop(&mut self) {
-                        if std::thread::panicking() {
-                            self.0.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-                let _guard = OnPanic(&failed);
-                while !failed.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= cases.end {
-                        break;
-                    }
-                    case(i);
-                }
-            });
-        }
-    });
-}
