@@ -147,6 +147,9 @@ impl std::hash::BuildHasher for IdHashBuilder {
 /// `HashMap` with [`IdHasher`].
 pub type IdMap<K, V> = std::collections::HashMap<K, V, IdHashBuilder>;
 
+/// `HashSet` with [`IdHasher`].
+pub type IdSet<K> = std::collections::HashSet<K, IdHashBuilder>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

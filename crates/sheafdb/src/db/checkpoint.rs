@@ -46,7 +46,7 @@ use crate::pager::alloc::CfAllocator;
 use crate::pager::ranges::RangeSet;
 use crate::txn::pages::{ReadPages, TxnPages};
 use crate::txn::{CfShared, CfVersion};
-use crate::types::{CfId, IdMap, Lsn, PageId, Version};
+use crate::types::{CfId, IdMap, IdSet, Lsn, PageId, Version};
 use crate::wal::Retire;
 
 /// Where a checkpoint put the metadata blob, and the file length it
@@ -665,8 +665,11 @@ impl DbShared {
     /// per dropped CF, and `check_integrity` behind it 49 s in a debug
     /// build; `introspection::database_stats_beside_cf_creation_and_drops_never_fail`).
     fn release_dropped(&self, dropped: &[Arc<CfShared>]) {
-        let mut released: IdMap<CfId, ()> = IdMap::default();
+        let mut released: IdSet<CfId> = IdSet::default();
         for cf in dropped {
+            // §11.3: only a dropped CF's extents may go back to the pool
+            // (no later version of a live CF can reach them).
+            debug_assert!(cf.check_live().is_err(), "cf {} is live", cf.id.0);
             let latest = cf.current.load_full();
             // current + writer head + `latest` itself; any more is a reader.
             // An older version alive keeps the latest batch referenced.
@@ -678,7 +681,7 @@ impl DbShared {
             for (id, _) in runs {
                 self.space.pager.forget(id);
             }
-            released.insert(cf.id, ());
+            released.insert(cf.id);
         }
         if released.is_empty() {
             return;
@@ -688,11 +691,11 @@ impl DbShared {
         self.space
             .extents
             .lock()
-            .release_all_of(|id| released.contains_key(&id));
+            .release_all_of(|id| released.contains(&id));
         self.registry
             .dropped
             .lock()
-            .retain(|c| !released.contains_key(&c.id));
+            .retain(|c| !released.contains(&c.id));
     }
 }
 

@@ -1720,6 +1720,19 @@ mod tests {
     }
 
     #[test]
+    fn release_all_of_frees_every_named_cf_in_one_pass_and_keeps_the_rest() {
+        let mut m = ExtentMap::new(2);
+        for cf in [1, 2, 3, 1, 2, 3] {
+            m.claim(CfId(cf), 4);
+        }
+        let before = m.free_pages();
+        m.release_all_of(|cf| cf != CfId(2));
+        assert_eq!(m.free_pages(), before + 16, "four extents of 4 pages freed");
+        let owners: Vec<CfId> = m.owned.values().map(|&(_, o)| o).collect();
+        assert_eq!(owners, [CfId(2), CfId(2)], "cf 2 keeps both of its extents");
+    }
+
+    #[test]
     fn extent_map_round_trips_and_rejects_overlap() {
         let mut m = ExtentMap::new(2);
         m.claim(CfId(1), 4);

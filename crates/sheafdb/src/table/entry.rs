@@ -233,7 +233,7 @@ impl<K: Key + 'static, V: Value + 'static> OccupiedEntry<'_, '_, K, V> {
     /// Removes the key; returns it and its value.
     pub fn remove_entry(self) -> Result<(KeyGuard<K>, AccessGuard<V>)> {
         self.table.put_raw(&self.key, None)?;
-        Ok((KeyGuard::new(Held::Shared(self.key.into()))?, self.value))
+        Ok((key_guard(self.key)?, self.value))
     }
 }
 
@@ -259,13 +259,18 @@ impl<K: Key + 'static, V: Value + 'static> VacantEntry<'_, '_, K, V> {
 
     /// The key, giving up the entry without inserting.
     pub fn into_key(self) -> Result<KeyGuard<K>> {
-        KeyGuard::new(Held::Shared(self.key.into()))
+        key_guard(self.key)
     }
 
     fn insert_raw(self, bytes: Vec<u8>) -> Result<AccessGuard<V>> {
         self.table.put_raw(&self.key, Some(&bytes))?;
         AccessGuard::new(Held::Shared(bytes.into()))
     }
+}
+
+/// A guard over an entry's encoded key, given up by the entry.
+fn key_guard<K: Key + 'static>(key: Vec<u8>) -> Result<KeyGuard<K>> {
+    KeyGuard::new(Held::Shared(key.into()))
 }
 
 /// A value type whose encoding is its bytes as given, so a value can be

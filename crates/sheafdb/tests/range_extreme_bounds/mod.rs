@@ -5,7 +5,7 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 
-use sheafdb::{Database, Key, MultimapTableDefinition, TableDefinition, Value};
+use sheafdb::{Database, Key, MultimapTableDefinition, ReadableTable, TableDefinition, Value};
 
 fn bounds<K: Clone>(pts: &[K]) -> Vec<Bound<K>> {
     let mut v = vec![Bound::Unbounded];
@@ -23,6 +23,27 @@ fn model<K: Ord + Clone>(stored: &[K], lo: &Bound<K>, hi: &Bound<K>) -> Vec<K> {
     s.into_iter()
         .filter(|k| (lo.clone(), hi.clone()).contains(k))
         .collect()
+}
+
+/// The keys `t` yields over `r`, forward and (put back in order) reverse.
+fn keys_both_ways<K, T>(t: &T, r: &(Bound<K>, Bound<K>)) -> (Vec<K>, Vec<K>)
+where
+    K: Key + 'static + for<'a> Value<SelfType<'a> = K> + Clone,
+    T: ReadableTable<K, u8>,
+{
+    let fwd = t
+        .range::<K>(r.clone())
+        .unwrap()
+        .map(|e| e.unwrap().0.value())
+        .collect();
+    let mut rev: Vec<K> = t
+        .range::<K>(r.clone())
+        .unwrap()
+        .rev()
+        .map(|e| e.unwrap().0.value())
+        .collect();
+    rev.reverse();
+    (fwd, rev)
 }
 
 fn check<K>(name: &str, stored: &[K], pts: &[K])
@@ -53,19 +74,8 @@ where
                 for hi in &bs {
                     let want = model(stored, lo, hi);
                     let r = (lo.clone(), hi.clone());
-                    let got: Vec<K> = tt
-                        .range::<K>(r.clone())
-                        .unwrap()
-                        .map(|e| e.unwrap().0.value())
-                        .collect();
+                    let (got, rev) = keys_both_ways(&tt, &r);
                     assert_eq!(got, want, "{name} phase {phase} {r:?}");
-                    let mut rev: Vec<K> = tt
-                        .range::<K>(r.clone())
-                        .unwrap()
-                        .rev()
-                        .map(|e| e.unwrap().0.value())
-                        .collect();
-                    rev.reverse();
                     assert_eq!(rev, want, "{name} phase {phase} rev {r:?}");
                     let mut mw: Vec<(K, u8)> = want
                         .iter()
@@ -106,19 +116,8 @@ where
         for hi in &bs {
             let want = model(stored, lo, hi);
             let r = (lo.clone(), hi.clone());
-            let got: Vec<K> = ro
-                .range::<K>(r.clone())
-                .unwrap()
-                .map(|e| e.unwrap().0.value())
-                .collect();
+            let (got, rev) = keys_both_ways(&ro, &r);
             assert_eq!(got, want, "{name} ro {r:?}");
-            let mut rev: Vec<K> = ro
-                .range::<K>(r.clone())
-                .unwrap()
-                .rev()
-                .map(|e| e.unwrap().0.value())
-                .collect();
-            rev.reverse();
             assert_eq!(rev, want, "{name} ro rev {r:?}");
         }
     }
