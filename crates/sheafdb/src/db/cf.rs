@@ -139,7 +139,9 @@ impl ColumnFamily {
     ) -> Result<super::IntegrityReport> {
         self.shared.health.check_not_closed()?;
         self.cf.check_live()?;
-        super::integrity::check_cf(&self.shared, &self.cf, progress)
+        let report = super::integrity::check_cf(&self.shared, &self.cf, progress);
+        self.shared.join_threads_if_closed();
+        report
     }
 }
 

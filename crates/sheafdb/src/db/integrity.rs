@@ -62,13 +62,18 @@ thread_local! {
 /// adversarial review: those calls hung where `begin_write` already
 /// returned `WouldDeadlock`).
 pub(super) fn refuse_inside_callback(what: &str) -> Result<()> {
-    match IN_CALLBACK.with(std::cell::Cell::get) {
+    match inside_callback() {
         true => Err(Error::WouldDeadlock(format!(
             "{what} from inside check_integrity's progress callback: the check holds \
              the locks it needs on this thread"
         ))),
         false => Ok(()),
     }
+}
+
+/// True while this thread runs a check's progress callback.
+pub(super) fn inside_callback() -> bool {
+    IN_CALLBACK.with(std::cell::Cell::get)
 }
 
 /// Calls `report` with [`IN_CALLBACK`] set (cleared again if it panics).

@@ -321,6 +321,20 @@ impl DbShared {
         }
     }
 
+    /// Joins the background threads if the database was closed from
+    /// inside an integrity check's progress callback, which could only
+    /// signal them (`shutdown`); called as the check returns. The
+    /// threads hold the database, and with it the file's lock: without
+    /// the join, a reopen right after the last handle went could find the
+    /// lock still held by threads on their way out (`DatabaseAlreadyOpen`;
+    /// seen under load in
+    /// `handle_and_name_misuse::closing_inside_the_callback_keeps_acknowledged_commits`).
+    pub(crate) fn join_threads_if_closed(&self) {
+        if self.health.is_closed() && !integrity::inside_callback() {
+            self.stop_threads();
+        }
+    }
+
     /// Tells the background threads to stop, without waiting for them
     /// (each holds its own reference to the database and exits at its
     /// next look at the flag).
@@ -844,7 +858,9 @@ impl Database {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<IntegrityReport> {
         self.shared.health.check_not_closed()?;
-        integrity::check(&self.shared, progress)
+        let report = integrity::check(&self.shared, progress);
+        self.shared.join_threads_if_closed();
+        report
     }
 
     /// Writes every published commit into the data file and lets the WAL
