@@ -852,22 +852,17 @@ impl CfAllocator {
     /// iff it was allocated at or before `at` and not freed at or before it.
     pub fn free_at(&self, at: Version) -> RangeSet {
         let mut s = self.free.clone();
-        let mut add = |p: u64, n: u32| {
-            let ok = s.insert(p, n as u64);
-            assert!(ok, "page {p} in two allocator states of cf {}", self.cf);
-        };
-        for r in self.uncommitted.iter() {
-            add(r.start.0, r.pages as u32);
-        }
-        for (&p, &(n, a)) in &self.recent {
-            if a > at {
-                add(p, n);
-            }
-        }
-        for (&p, f) in &self.freed {
-            if f.freed_at <= at || f.allocated_at > at {
-                add(p, f.npages);
-            }
+        let ok = s.insert_all(&self.uncommitted);
+        assert!(ok, "uncommitted pages also free in cf {}", self.cf);
+        let recent = (self.recent.iter())
+            .filter(|&(_, &(_, a))| a > at)
+            .map(|(&p, &(n, _))| (PageId(p), n));
+        let freed = (self.freed.iter())
+            .filter(|(_, f)| f.freed_at <= at || f.allocated_at > at)
+            .map(|(&p, f)| (PageId(p), f.npages));
+        let mut runs: Vec<(PageId, u32)> = recent.chain(freed).collect();
+        if let Some((p, n)) = s.insert_runs(&mut runs) {
+            panic!("run {p}+{n} in two allocator states of cf {}", self.cf);
         }
         s
     }
@@ -958,22 +953,23 @@ impl CfAllocator {
         }
         written += self.note_written(spilled);
         self.dirty_counter.fetch_sub(written, Ordering::Relaxed);
-        let ready: Vec<u64> = self
+        let mut now_free: Vec<(PageId, u32)> = self
             .freed
             .iter()
             .filter(|(_, f)| f.state == FreedState::AwaitCheckpoint && f.freed_at <= at)
-            .map(|(&p, _)| p)
+            .map(|(&p, f)| (PageId(p), f.npages))
             .collect();
-        let mut now_free = Vec::new();
-        for p in ready {
-            let f = self.freed.remove(&p).expect("listed");
-            let ok = self.free.insert(p, f.npages as u64);
-            assert!(
-                ok,
-                "engine invariant (frees checked at commit): run {p} freed twice in cf {}",
+        for (p, _) in &now_free {
+            self.freed.remove(&p.0);
+        }
+        // Adjacent runs go into the free set as one (a checkpoint after a
+        // large rewrite frees tens of thousands of runs, mostly in
+        // stretches: one set update per stretch, not per run).
+        if let Some((start, pages)) = self.free.insert_runs(&mut now_free) {
+            panic!(
+                "engine invariant (frees checked at commit): run {start}+{pages} freed twice in cf {}",
                 self.cf
             );
-            now_free.push((PageId(p), f.npages));
         }
         self.assert_invariants();
         now_free

@@ -215,16 +215,82 @@ impl RangeSet {
         self.iter().collect()
     }
 
+    /// Adds `runs` (`(start, length)`, in any order, none intersecting the
+    /// set): sorted, and touching runs joined, so a stretch of runs costs
+    /// one update. Returns the first run (joined) the set refused as
+    /// intersecting it, after adding the others.
+    pub fn insert_runs(&mut self, runs: &mut [(PageId, u32)]) -> Option<(u64, u64)> {
+        runs.sort_unstable_by_key(|&(p, _)| p);
+        let mut refused = None;
+        for (start, pages) in coalesce(runs) {
+            if !self.insert(start, pages) && refused.is_none() {
+                refused = Some((start, pages));
+            }
+        }
+        refused
+    }
+
     /// Union with another set; false if they intersect (then partially applied).
     pub fn insert_all(&mut self, other: &RangeSet) -> bool {
         other.iter().all(|r| self.insert(r.start.0, r.pages))
     }
 }
 
+/// Runs sorted by start, as `(start, length)`, with runs that touch end
+/// to start joined into one. Overlapping runs stay apart (the set refuses
+/// the second, as a run freed twice).
+fn coalesce(sorted: &[(PageId, u32)]) -> Vec<(u64, u64)> {
+    debug_assert!(sorted.windows(2).all(|w| w[0].0 <= w[1].0), "unsorted runs");
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for &(PageId(start), pages) in sorted {
+        match out.last_mut() {
+            Some((s, l)) if *s + *l == start => *l += u64::from(pages),
+            _ => out.push((start, u64::from(pages))),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    /// Touching runs join; gaps and overlaps keep runs apart, so a run
+    /// freed twice still reaches the set (which refuses it) on its own.
+    #[test]
+    fn coalesce_joins_only_runs_that_touch() {
+        let runs = [
+            (PageId(3), 2),
+            (PageId(5), 1),
+            (PageId(6), 4),
+            (PageId(12), 1),
+            (PageId(12), 1),
+            (PageId(20), 3),
+            (PageId(21), 1),
+        ];
+        assert_eq!(
+            coalesce(&runs),
+            vec![(3, 7), (12, 1), (12, 1), (20, 3), (21, 1)]
+        );
+        assert!(coalesce(&[]).is_empty());
+        let mut set = RangeSet::new();
+        let refused = coalesce(&runs)
+            .into_iter()
+            .filter(|&(s, l)| !set.insert(s, l))
+            .count();
+        assert_eq!(refused, 2, "the repeated run and the overlapping one");
+        assert_eq!(set.pages(), 7 + 1 + 3);
+        // The same through `insert_runs`, shuffled: the first refusal is
+        // reported and the rest still go in.
+        let mut shuffled = runs;
+        shuffled.reverse();
+        let mut set = RangeSet::new();
+        assert_eq!(set.insert_runs(&mut shuffled), Some((12, 1)));
+        assert_eq!(set.pages(), 7 + 1 + 3);
+        assert_eq!(set.runs(), 3);
+        assert_eq!(RangeSet::new().insert_runs(&mut []), None);
+    }
 
     /// Frees are checked against sets of ranges before anything else
     /// looks at them, and a freed run's start comes from a pointer in the

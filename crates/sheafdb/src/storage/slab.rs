@@ -19,16 +19,21 @@
 //! Memory bound: a region whose live blocks fall to a quarter of its
 //! blocks goes *sparse*: the whole system pages of its free blocks are
 //! given back (`MADV_DONTNEED`, which splits its huge page: a sparse
-//! region gains little from one), and while it stays sparse each block
-//! freed gives back its own pages, until allocations fill it to half
-//! again. So a dense region holds at most four times its live blocks'
-//! bytes, and a sparse one its live blocks plus the system pages they
-//! share with free neighbours (at most two per live block): resident
-//! memory stays within about four times the live runs' bytes, plus one
-//! empty region per class. Before this, a large transaction's pages
-//! freed but for the runs the cache kept held 2 MiB per region with one
-//! live run: 86 MiB resident for a 16 MiB cache after 200,000 updates
-//! in one transaction (`examples/cache_memory`).
+//! region gains little from one). While it stays sparse, the blocks freed
+//! in it are noted as *pending*, and their pages are given back in one
+//! pass once they pass half the live ones, until
+//! allocations fill it to half again. So a dense region holds at most
+//! four times its live blocks' bytes, and a sparse one its live blocks,
+//! half as many pending ones, and the system pages they share with free
+//! neighbours (at most two per live block): resident memory stays within
+//! about four times the live runs' bytes, plus one empty region per
+//! class. Before the release, a large transaction's pages freed but for
+//! the runs the cache kept held 2 MiB per region with one live run: 86
+//! MiB resident for a 16 MiB cache after 200,000 updates in one
+//! transaction (`examples/cache_memory`). Before the pending blocks, each
+//! block freed in a sparse region gave its pages back on its own: one
+//! `madvise` and one TLB shootdown per page run freed, a tenth of a
+//! `compact()` (design.md "Space", *Page memory*).
 //!
 //! The class locks are not held across `fork`: a process that forks while
 //! another thread allocates a page run may deadlock in the child on its
@@ -98,9 +103,14 @@ struct Region {
     /// Blocks handed out and not freed.
     live: usize,
     /// The region went sparse (at most a quarter of its blocks live): the
-    /// whole system pages of its free blocks were given back, and each
-    /// block freed gives back its own, until it is half full again.
+    /// whole system pages of its free blocks were given back, and blocks
+    /// freed since are `pending`, until it is half full again.
     released: bool,
+    /// Bit `i` set: block `i` was freed while the region was sparse and
+    /// its pages were not given back yet (always a subset of `free`).
+    pending: [u64; FREE_WORDS],
+    /// Bits set in `pending`.
+    pending_count: usize,
 }
 
 impl Region {
@@ -114,6 +124,8 @@ impl Region {
             free,
             live: 0,
             released: false,
+            pending: [0; FREE_WORDS],
+            pending_count: 0,
         }
     }
 
@@ -147,22 +159,52 @@ impl Region {
         self.released = true;
     }
 
-    /// Gives back the whole system pages inside free block `i` and the
-    /// free neighbours it touches (a system page spans at most two blocks:
-    /// every block is longer than one).
-    fn release_around(&mut self, class: usize, i: usize) {
+    fn is_pending(&self, i: usize) -> bool {
+        self.pending[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Notes free block `i` of a sparse region as pending, and gives back
+    /// the pages of every pending block once they pass half the live
+    /// ones (so a sparse region holds at most half as many free blocks'
+    /// pages as live blocks, and gives them back in a pass per that many
+    /// frees instead of a system call per free: a region emptying one
+    /// block at a time makes a logarithmic number of passes).
+    fn note_pending(&mut self, class: usize, i: usize) {
+        debug_assert!(self.released && self.is_free(i) && !self.is_pending(i));
+        self.pending[i / 64] |= 1 << (i % 64);
+        self.pending_count += 1;
+        if 2 * self.pending_count > self.live {
+            self.release_pending(class);
+        }
+    }
+
+    /// Gives back the whole system pages inside each run of pending
+    /// blocks, widened by the free neighbours it touches (a system page
+    /// spans at most two blocks: every block is longer than one).
+    fn release_pending(&mut self, class: usize) {
         let n = blocks_per_region(class);
-        let start = if i > 0 && self.is_free(i - 1) {
-            i - 1
-        } else {
-            i
-        };
-        let end = if i + 1 < n && self.is_free(i + 1) {
-            i + 2
-        } else {
-            i + 1
-        };
-        self.release_bytes(class, start, end);
+        let mut i = 0;
+        while i < n {
+            if !self.is_pending(i) {
+                i += 1;
+                continue;
+            }
+            let mut start = i;
+            while i < n && self.is_pending(i) {
+                i += 1;
+            }
+            if start > 0 && self.is_free(start - 1) {
+                start -= 1;
+            }
+            let end = if i < n && self.is_free(i) { i + 1 } else { i };
+            self.release_bytes(class, start, end);
+        }
+        self.clear_pending();
+    }
+
+    fn clear_pending(&mut self) {
+        self.pending = [0; FREE_WORDS];
+        self.pending_count = 0;
     }
 
     /// Gives back the whole system pages inside blocks `start..end`, all
@@ -223,8 +265,13 @@ impl Class {
         let index = region.first_free()?;
         region.free[index / 64] &= !(1 << (index % 64));
         region.live += 1;
+        if region.is_pending(index) {
+            region.pending[index / 64] &= !(1 << (index % 64));
+            region.pending_count -= 1;
+        }
         if region.released && 2 * region.live >= blocks_per_region(class) {
             region.released = false; // dense again: frees keep their pages
+            region.clear_pending();
         }
         if region.first_free().is_none() {
             self.with_room.remove(&at);
@@ -253,7 +300,7 @@ impl Class {
         region.live -= 1;
         self.with_room.insert(at);
         if region.released {
-            region.release_around(class, index);
+            region.note_pending(class, index);
         } else if region.live > 0 && 4 * region.live <= blocks_per_region(class) {
             region.release_free(class);
         }
@@ -463,9 +510,10 @@ mod tests {
     }
 
     /// A region left with few live blocks gives the pages of its free
-    /// blocks back to the system and keeps its live blocks' bytes; one
-    /// freed while it is sparse gives back its own; filled to half again,
-    /// it keeps freed blocks' pages. (Without the release every touched
+    /// blocks back to the system and keeps its live blocks' bytes; blocks
+    /// freed while it is sparse give theirs back together once they
+    /// outnumber the live ones; filled to half again, it keeps freed
+    /// blocks' pages. (Without the release every touched
     /// page stayed resident: a region with one live run held 2 MiB.)
     #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
@@ -491,10 +539,12 @@ mod tests {
         }
         let region = class.regions.values().next().expect("region");
         assert!(region.released, "a region an eighth full is sparse");
+        let pending = region.pending_count;
+        assert!(2 * pending <= kept.len(), "{pending} pending");
         let resident = resident_pages(base, REGION);
         assert!(
-            resident <= 2 * kept.len() + 1,
-            "{resident} of {all} pages resident for {} live blocks",
+            resident <= 2 * (kept.len() + pending) + 1,
+            "{resident} of {all} pages resident for {} live and {pending} pending blocks",
             kept.len()
         );
         for &i in &kept {
@@ -505,12 +555,35 @@ mod tests {
                 "block {i} lost its bytes"
             );
         }
-        // Freed while sparse: its own pages go too.
+        // Freed while sparse: pending, until the pending blocks pass half
+        // the live ones; then all of them go in one pass.
         let before = resident_pages(base, REGION);
-        class.give(c, blocks[8 * 10]);
+        let mut freed = Vec::new();
+        for &i in &kept[1..] {
+            class.give(c, blocks[i]);
+            freed.push(i);
+            let region = class.regions.values().next().expect("region");
+            if region.pending_count == 0 {
+                break;
+            }
+            assert!(2 * region.pending_count <= region.live);
+            assert_eq!(
+                resident_pages(base, REGION),
+                before,
+                "a pending block's pages went before their turn"
+            );
+        }
+        let live = kept.len() - freed.len();
+        assert!(freed.len() > 1 && freed.len() < kept.len() - 1, "{freed:?}");
+        assert_eq!(
+            2 * (pending + freed.len()),
+            live + 1,
+            "released as the pending blocks passed half the live ones"
+        );
+        let resident = resident_pages(base, REGION);
         assert!(
-            resident_pages(base, REGION) < before,
-            "a block freed while sparse kept its pages"
+            resident < before && resident <= 2 * live + 1,
+            "{resident} pages resident for {live} live blocks (before: {before})"
         );
         // Refilled to half: dense again, frees keep their pages.
         let refill: Vec<NonNull<u8>> = (0..n / 2).map(|_| class.take(c).expect("memory")).collect();
@@ -529,7 +602,7 @@ mod tests {
         for b in refill.into_iter().skip(1) {
             class.give(c, b);
         }
-        for i in kept.into_iter().filter(|&i| i != 80) {
+        for i in kept.into_iter().filter(|i| !freed.contains(i)) {
             class.give(c, blocks[i]);
         }
         assert_eq!(class.regions.len(), 1, "the last region stays as the spare");
