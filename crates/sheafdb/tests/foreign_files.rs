@@ -1127,7 +1127,11 @@ fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
 fn a_deleted_only_wal_segment_beside_its_spare_is_refused() -> sheafdb::Result<()> {
     const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
     let dir = tempfile::tempdir()?;
-    let db = Database::create(dir.path().join("x.sheaf"))?;
+    // 180 KB of records: past half of a 256 KiB first file (a spare is
+    // made) and short of its end (the log has not switched to the spare).
+    let db = Database::builder()
+        .wal_first_segment_bytes(256 << 10)
+        .create(dir.path().join("x.sheaf"))?;
     for k in 0..300u64 {
         let tx = db.begin_write()?;
         tx.open_table(T)?.insert(k, vec![1u8; 600].as_slice())?;

@@ -671,8 +671,10 @@ fn count_changes_cover_writes_made_after_a_spill() -> Result<()> {
 /// commit. One WAL segment (the default sizes).
 fn crashed_after_checkpoint(before: usize, after: usize) -> (common::Files, Vec<Model>) {
     let vfs = SimVfs::new();
+    // One segment holds every record (the tests cut or damage "the" file).
     let db = common::builder()
         .background_checkpoints(false)
+        .wal_first_segment_bytes(256 << 10)
         .create_with_vfs(Arc::new(vfs.clone()), "d.sheaf")
         .unwrap();
     let mut models = vec![Model::new()];

@@ -430,7 +430,7 @@ impl Builder {
         self
     }
 
-    /// Size of the first WAL segment file of a new log (default 256 KiB,
+    /// Size of the first WAL segment file of a new log (default 64 KiB,
     /// at most the working size): a small database keeps a small log.
     pub fn wal_first_segment_bytes(mut self, bytes: u64) -> Self {
         self.options.wal_first_segment_bytes = bytes;

@@ -206,7 +206,7 @@ impl Default for WalOptions {
 
 /// First segment size of a new log (`WalOptions::min_segment_bytes`
 /// default): small enough that a small database has a small log.
-pub const DEFAULT_MIN_SEGMENT_BYTES: u64 = 256 << 10;
+pub const DEFAULT_MIN_SEGMENT_BYTES: u64 = 64 << 10;
 
 /// How far the log was written and synced when someone looked: lower
 /// bounds of the watermarks from then on (they only grow).
