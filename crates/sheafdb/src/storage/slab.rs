@@ -32,8 +32,8 @@
 //! MiB resident for a 16 MiB cache after 200,000 updates in one
 //! transaction (`examples/cache_memory`). Before the pending blocks, each
 //! block freed in a sparse region gave its pages back on its own: one
-//! `madvise` and one TLB shootdown per page run freed, a tenth of a
-//! `compact()` (design.md "Space", *Page memory*).
+//! `madvise` and one TLB shootdown per page run freed, 6–8 % of a
+//! `compact()` (design.md "Read path", *Huge pages*).
 //!
 //! The class locks are not held across `fork`: a process that forks while
 //! another thread allocates a page run may deadlock in the child on its
