@@ -16,18 +16,27 @@
 //! a run freed and allocated again does not map and unmap a region each
 //! time.
 //!
-//! Memory bound: a region whose live blocks fall to a quarter of its
-//! blocks goes *sparse*: the whole system pages of its free blocks are
-//! given back (`MADV_DONTNEED`, which splits its huge page: a sparse
-//! region gains little from one). While it stays sparse, the blocks freed
-//! in it are noted as *pending*, and their pages are given back in one
-//! pass once they pass half the live ones, until
-//! allocations fill it to half again. So a dense region holds at most
-//! four times its live blocks' bytes, and a sparse one its live blocks,
-//! half as many pending ones, and the system pages they share with free
-//! neighbours (at most two per live block): resident memory stays within
-//! about four times the live runs' bytes, plus one empty region per
-//! class. Before the release, a large transaction's pages freed but for
+//! Memory bound: while a class's regions (but its spare) hold at most
+//! twice the blocks in use, nothing is given back but empty regions, and
+//! every region keeps its huge page. Past that (the class is
+//! *wasteful*), a region whose live blocks fall to a quarter of its
+//! blocks at a free goes *sparse*: the whole system pages of its free
+//! blocks are given back (`MADV_DONTNEED`, which splits its huge page: a
+//! sparse region gains little from one). While it stays sparse, the
+//! blocks freed in it are noted as *pending*, and their pages are given
+//! back in one pass once they pass half the live ones, until allocations
+//! fill it to half again. So resident memory stays within twice the live
+//! runs' bytes while the class is not wasteful; past it, a dense region
+//! holds at most four times its live blocks' bytes, and a sparse one its
+//! live blocks, half as many pending ones, and the system pages they
+//! share with free neighbours (at most two per live block), plus one
+//! empty region per class. Regions that fell to a quarter while the class
+//! was not wasteful keep their pages until their next free finds it
+//! wasteful. Before the gate every region reaching a quarter went sparse:
+//! after a fold replaced a tree's leaves, most cached pages sat in split
+//! regions (102 of 462 MiB in huge pages, against 462 with the gate) and
+//! point reads over them ran about a tenth slower (design.md "Read
+//! path", *Huge pages*). Before the release, a large transaction's pages freed but for
 //! the runs the cache kept held 2 MiB per region with one live run: 86
 //! MiB resident for a 16 MiB cache after 200,000 updates in one
 //! transaction (`examples/cache_memory`). Before the pending blocks, each
@@ -231,6 +240,8 @@ struct Class {
     with_room: BTreeSet<usize>,
     /// The empty region kept for reuse, if any.
     spare: Option<usize>,
+    /// Blocks handed out and not freed, over all regions.
+    live: usize,
 }
 
 // SAFETY: a class owns its regions' memory outright; the raw pointers in
@@ -243,7 +254,19 @@ impl Class {
             regions: BTreeMap::new(),
             with_room: BTreeSet::new(),
             spare: None,
+            live: 0,
         }
+    }
+
+    /// True if the class's regions (but the spare) hold more than twice
+    /// the blocks in use: only then does a region going sparse give its
+    /// free pages back. Giving them back splits the region's huge page
+    /// (`MADV_DONTNEED` on part of it), and every run later placed in it
+    /// costs TLB misses to read; below the mark the memory is bounded by
+    /// the class as a whole instead.
+    fn wasteful(&self, class: usize) -> bool {
+        let mapped = self.regions.len() - usize::from(self.spare.is_some());
+        mapped * blocks_per_region(class) > 2 * self.live
     }
 
     /// A block of `class`; `None` if no region could be mapped.
@@ -265,6 +288,7 @@ impl Class {
         let index = region.first_free()?;
         region.free[index / 64] &= !(1 << (index % 64));
         region.live += 1;
+        self.live += 1;
         if region.is_pending(index) {
             region.pending[index / 64] &= !(1 << (index % 64));
             region.pending_count -= 1;
@@ -298,13 +322,17 @@ impl Class {
         debug_assert!(offset.is_multiple_of(block_size(class)) && !region.is_free(index));
         region.free[index / 64] |= 1 << (index % 64);
         region.live -= 1;
+        self.live -= 1;
         self.with_room.insert(at);
+        let live = region.live;
         if region.released {
             region.note_pending(class, index);
-        } else if region.live > 0 && 4 * region.live <= blocks_per_region(class) {
-            region.release_free(class);
+        } else if live > 0 && 4 * live <= blocks_per_region(class) && self.wasteful(class) {
+            if let Some(region) = self.regions.get_mut(&at) {
+                region.release_free(class);
+            }
         }
-        if region.live > 0 {
+        if live > 0 {
             return;
         }
         match self.spare {
@@ -605,6 +633,75 @@ mod tests {
         for i in kept.into_iter().filter(|i| !freed.contains(i)) {
             class.give(c, blocks[i]);
         }
+        assert_eq!(class.regions.len(), 1, "the last region stays as the spare");
+        let spare = class.spare.take().expect("spare");
+        let region = class.regions.remove(&spare).expect("the spare region");
+        unmap_region(region.base);
+    }
+
+    /// A region going sparse keeps its pages (and its huge page) while
+    /// the class's regions hold at most twice the blocks in use; once
+    /// they hold more, the next block freed in it gives its free pages
+    /// back. (Before, every region going sparse gave them back: after a
+    /// fold replaced a tree's leaves, most cached pages sat in regions
+    /// split into small pages, and point reads over them ran about a
+    /// quarter slower.)
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn regions_go_sparse_only_when_the_class_holds_twice_its_live_blocks() {
+        let mut class = Class::new();
+        let c = 0;
+        let n = blocks_per_region(c);
+        let blocks: Vec<NonNull<u8>> = (0..3 * n).map(|_| class.take(c).expect("memory")).collect();
+        assert_eq!(class.regions.len(), 3);
+        for b in &blocks {
+            // SAFETY: each block is live and block_size(c) long.
+            unsafe { std::ptr::write_bytes(b.as_ptr(), 5, block_size(c)) };
+        }
+        // Region `at` (the first one filled) an eighth full, the others
+        // full: 3 regions for 2.125 regions' worth of live blocks.
+        let (a, rest) = blocks.split_at(n);
+        let at = a[0].as_ptr().addr() & !(REGION - 1);
+        let base = class.regions[&at].base;
+        let first = |class: &Class| class.regions[&at].released;
+        for (i, b) in a.iter().enumerate() {
+            if i % 8 != 0 {
+                class.give(c, *b);
+            }
+        }
+        assert!(!class.wasteful(c));
+        assert!(
+            !first(&class),
+            "a region went sparse in a class that is not wasteful"
+        );
+        assert_eq!(resident_pages(base, REGION), REGION / OS_PAGE);
+        // Empty most of the other two: now the class is wasteful.
+        let mut kept: Vec<NonNull<u8>> = Vec::new();
+        for (i, b) in rest.iter().enumerate() {
+            if i % 16 == 0 {
+                kept.push(*b);
+            } else {
+                class.give(c, *b);
+            }
+        }
+        assert!(class.wasteful(c));
+        // The next free in the first region gives its free pages back.
+        class.give(c, a[8]);
+        assert!(
+            first(&class),
+            "a sparse region of a wasteful class kept its pages"
+        );
+        let live = n.div_ceil(8) - 1;
+        assert!(resident_pages(base, REGION) <= 2 * live + 1);
+        for (i, b) in a.iter().enumerate() {
+            if i % 8 == 0 && i != 8 {
+                class.give(c, *b);
+            }
+        }
+        for b in kept {
+            class.give(c, b);
+        }
+        assert_eq!(class.live, 0);
         assert_eq!(class.regions.len(), 1, "the last region stays as the spare");
         let spare = class.spare.take().expect("spare");
         let region = class.regions.remove(&spare).expect("the spare region");
