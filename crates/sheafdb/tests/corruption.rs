@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::{dump, files_of, open_sim, random_writes, Files, Model};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -133,7 +135,13 @@ fn truncated_files_give_errors_or_correct_data() {
 #[test]
 fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
     let vfs = SimVfs::new();
-    let db = open_sim(&vfs, "w.sheaf").unwrap();
+    // Every record in one segment file, the one the flips damage (with a
+    // smaller first file the last commits, the torn-tail case among them,
+    // went to a second file no flip reached).
+    let db = common::builder()
+        .wal_first_segment_bytes(256 << 10)
+        .create_with_vfs(Arc::new(vfs.clone()), "w.sheaf")
+        .unwrap();
     let mut rng = StdRng::seed_from_u64(21);
     let mut models = vec![Model::new()];
     for _ in 0..12 {
@@ -146,6 +154,8 @@ fn flipped_wal_bytes_give_an_error_or_every_acknowledged_commit() {
     let crashed = vfs.crash_with(0, sheafdb::storage::sim::CrashPolicy::KeepAll);
     drop(db);
     let files = files_of(&crashed);
+    let segments = files.keys().filter(|n| n.contains("-wal")).count();
+    assert_eq!(segments, 1, "one WAL segment holds every record");
     let (wal_name, wal) = files
         .iter()
         .find(|(n, _)| n.contains("-wal"))

@@ -236,6 +236,50 @@ fn calls_from_inside_the_integrity_callback_do_not_hang() {
     }
 }
 
+/// A check of another CF run from inside a CF's integrity callback leaves
+/// the outer callback marked as one: a checkpoint after it still returns
+/// `WouldDeadlock`. Before, the inner check cleared the mark, and the
+/// checkpoint waited for the writer the outer check held on this very
+/// thread (it returned after about 4 s, once a fold gave up waiting;
+/// found by a session-38 review).
+#[test]
+fn a_check_nested_in_a_check_callback_keeps_the_outer_one_marked() {
+    let db = mem_db();
+    fill(&db, 100, 10).expect("fill");
+    let a = db.cf_or_create("a").expect("cf a");
+    let b = db.cf_or_create("b").expect("cf b");
+    for cf in [&a, &b] {
+        let tx = cf.begin_write().expect("begin");
+        tx.open_table(T)
+            .expect("table")
+            .insert(1, [1u8].as_slice())
+            .expect("insert");
+        tx.commit().expect("commit");
+    }
+    let (before, nested, after) = watchdog("nested check", move || {
+        let mut seen = None;
+        a.check_integrity_with(&mut |_, _| {
+            if seen.is_none() {
+                let before = db.checkpoint();
+                let nested = b.check_integrity().map(drop);
+                let started = std::time::Instant::now();
+                let after = db.checkpoint();
+                assert!(
+                    started.elapsed() < Duration::from_secs(1),
+                    "the checkpoint waited {:?}",
+                    started.elapsed()
+                );
+                seen = Some((before, nested, after));
+            }
+        })
+        .expect("the outer check");
+        seen.expect("the callback ran")
+    });
+    assert!(matches!(before, Err(Error::WouldDeadlock(_))), "{before:?}");
+    nested.expect("the nested check of another CF passes");
+    assert!(matches!(after, Err(Error::WouldDeadlock(_))), "{after:?}");
+}
+
 /// In a transaction over several CFs, a forgotten table handle fails the
 /// commit like in a one-CF transaction, and so does a forgotten reserved
 /// value; nothing is committed and both writers are free again. The
@@ -510,6 +554,40 @@ fn closing_inside_the_callback_keeps_acknowledged_commits() -> sheafdb::Result<(
             Some(1),
             "close={close}: commit lost"
         );
+    }
+    Ok(())
+}
+
+/// A callback that drops the database and then panics: the check unwinds,
+/// and the background threads the drop signalled are joined on the way
+/// out as well, so the file reopens at once with the commit (100 times;
+/// a join only after a normal return left them holding the file's lock).
+#[test]
+fn a_callback_that_closes_then_panics_leaves_the_file_free() -> sheafdb::Result<()> {
+    for round in 0..100u64 {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("d.sheaf");
+        let db = Database::builder()
+            .durability(sheafdb::Durability::None)
+            .create(&path)?;
+        let a = db.cf_or_create("a")?;
+        let tx = a.begin_write()?;
+        tx.open_table(U)?.insert(1, round)?;
+        tx.commit()?;
+        let mut slot = Some(db);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            a.check_integrity_with(&mut |_, _| {
+                if let Some(db) = slot.take() {
+                    drop(db);
+                    panic!("the callback fails after closing");
+                }
+            })
+        }));
+        assert!(unwound.is_err(), "the panic reached the caller");
+        drop(a);
+        let db = watchdog("reopen", move || Database::open(&path))?;
+        let got = db.cf("a")?.begin_read()?.open_table(U)?.get(1)?;
+        assert_eq!(got.map(|g| g.value()), Some(round), "round {round}");
     }
     Ok(())
 }

@@ -139,9 +139,16 @@ impl ColumnFamily {
     ) -> Result<super::IntegrityReport> {
         self.shared.health.check_not_closed()?;
         self.cf.check_live()?;
-        let report = super::integrity::check_cf(&self.shared, &self.cf, progress);
-        self.shared.join_threads_if_closed();
-        report
+        /// Joins as the check returns, or unwinds from a panicking
+        /// callback that closed the database first.
+        struct JoinIfClosed<'a>(&'a super::DbShared);
+        impl Drop for JoinIfClosed<'_> {
+            fn drop(&mut self) {
+                self.0.join_threads_if_closed();
+            }
+        }
+        let _join = JoinIfClosed(&self.shared);
+        super::integrity::check_cf(&self.shared, &self.cf, progress)
     }
 }
 

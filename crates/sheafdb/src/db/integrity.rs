@@ -76,16 +76,20 @@ pub(super) fn inside_callback() -> bool {
     IN_CALLBACK.with(std::cell::Cell::get)
 }
 
-/// Calls `report` with [`IN_CALLBACK`] set (cleared again if it panics).
+/// Calls `report` with [`IN_CALLBACK`] set, then puts the flag back as
+/// it was, also if `report` panics: a check run from inside another
+/// check's callback (another CF's) leaves the outer one's flag set.
+/// Before, it cleared the flag for the rest of the outer callback, where
+/// a checkpoint then waited for locks its own thread held instead of
+/// returning `WouldDeadlock` (found by a session-38 review).
 fn call_back(report: &mut dyn FnMut(u64, u64), done: u64, total: u64) {
-    struct Clear;
-    impl Drop for Clear {
+    struct Restore(bool);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            IN_CALLBACK.with(|c| c.set(false));
+            IN_CALLBACK.with(|c| c.set(self.0));
         }
     }
-    IN_CALLBACK.with(|c| c.set(true));
-    let _clear = Clear;
+    let _restore = Restore(IN_CALLBACK.with(|c| c.replace(true)));
     report(done, total);
 }
 

@@ -323,7 +323,10 @@ impl DbShared {
 
     /// Joins the background threads if the database was closed from
     /// inside an integrity check's progress callback, which could only
-    /// signal them (`shutdown`); called as the check returns. The
+    /// signal them (`shutdown`); called as a CF's check returns or
+    /// unwinds (`ColumnFamily::check_integrity_with`: only a CF handle can
+    /// close the database from its own check's callback, a `Database`
+    /// being borrowed by its check). The
     /// threads hold the database, and with it the file's lock: without
     /// the join, a reopen right after the last handle went could find the
     /// lock still held by threads on their way out (`DatabaseAlreadyOpen`;
@@ -858,9 +861,7 @@ impl Database {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<IntegrityReport> {
         self.shared.health.check_not_closed()?;
-        let report = integrity::check(&self.shared, progress);
-        self.shared.join_threads_if_closed();
-        report
+        integrity::check(&self.shared, progress)
     }
 
     /// Writes every published commit into the data file and lets the WAL
