@@ -34,9 +34,8 @@
 //! was not wasteful keep their pages until their next free finds it
 //! wasteful. Before the gate every region reaching a quarter went sparse:
 //! after a fold replaced a tree's leaves, most cached pages sat in split
-//! regions (102 of 462 MiB in huge pages, against 462 with the gate) and
-//! point reads over them ran about a tenth slower (design.md "Read
-//! path", *Huge pages*). Before the release, a large transaction's pages freed but for
+//! regions, and point reads over them ran a fifth to a third slower
+//! (`examples/fold_reads`; design.md "Read path", *Huge pages*). Before the release, a large transaction's pages freed but for
 //! the runs the cache kept held 2 MiB per region with one live run: 86
 //! MiB resident for a 16 MiB cache after 200,000 updates in one
 //! transaction (`examples/cache_memory`). Before the pending blocks, each
@@ -644,8 +643,8 @@ mod tests {
     /// they hold more, the next block freed in it gives its free pages
     /// back. (Before, every region going sparse gave them back: after a
     /// fold replaced a tree's leaves, most cached pages sat in regions
-    /// split into small pages, and point reads over them ran about a
-    /// quarter slower.)
+    /// split into small pages, and point reads over them ran a fifth
+    /// to a third slower: `examples/fold_reads`.)
     #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn regions_go_sparse_only_when_the_class_holds_twice_its_live_blocks() {
