@@ -508,6 +508,22 @@ fn a_direct_commit_refused_inside_the_callback_does_not_poison() -> sheafdb::Res
     Ok(())
 }
 
+/// A new database at `path` whose CF "a" holds `1 -> value` in table `U`,
+/// committed with `Durability::None` (in the WAL buffer only).
+fn one_unsynced_row(
+    path: &std::path::Path,
+    value: u64,
+) -> sheafdb::Result<(Database, sheafdb::ColumnFamily)> {
+    let db = Database::builder()
+        .durability(sheafdb::Durability::None)
+        .create(path)?;
+    let a = db.cf_or_create("a")?;
+    let tx = a.begin_write()?;
+    tx.open_table(U)?.insert(1, value)?;
+    tx.commit()?;
+    Ok((db, a))
+}
+
 /// `close()` from inside a CF's integrity callback cannot checkpoint
 /// (`WouldDeadlock`), but it makes every acknowledged commit durable in
 /// the WAL first: a `None` commit survives the reopen. Before, the refused
@@ -523,13 +539,7 @@ fn closing_inside_the_callback_keeps_acknowledged_commits() -> sheafdb::Result<(
     for close in [true, false].repeat(100) {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("d.sheaf");
-        let db = Database::builder()
-            .durability(sheafdb::Durability::None)
-            .create(&path)?;
-        let a = db.cf_or_create("a")?;
-        let tx = a.begin_write()?;
-        tx.open_table(U)?.insert(1, 1)?;
-        tx.commit()?;
+        let (db, a) = one_unsynced_row(&path, 1)?;
         let mut slot = Some(db);
         let mut closed = None;
         a.check_integrity_with(&mut |_, _| {
@@ -567,13 +577,7 @@ fn a_callback_that_closes_then_panics_leaves_the_file_free() -> sheafdb::Result<
     for round in 0..100u64 {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("d.sheaf");
-        let db = Database::builder()
-            .durability(sheafdb::Durability::None)
-            .create(&path)?;
-        let a = db.cf_or_create("a")?;
-        let tx = a.begin_write()?;
-        tx.open_table(U)?.insert(1, round)?;
-        tx.commit()?;
+        let (db, a) = one_unsynced_row(&path, round)?;
         let mut slot = Some(db);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             a.check_integrity_with(&mut |_, _| {
