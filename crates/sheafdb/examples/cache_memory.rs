@@ -19,7 +19,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{in_scratch_dir, key, load_tree, LOAD, T};
+use common::{in_scratch_dir, key, load_tree, proc_mib, LOAD, T};
 use sheafdb::{Database, Result};
 
 /// Keys one large transaction updates after the load.
@@ -33,21 +33,6 @@ fn main() -> Result<()> {
     in_scratch_dir("sheafdb-cache-memory", std::env::args().nth(2), |dir| {
         run(dir, budget_mib)
     })
-}
-
-/// A `kB` field of a `/proc/self` file, in MiB.
-fn proc_mib(file: &str, field: &str) -> f64 {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn report(phase: &str, base: f64, budget_mib: usize) {

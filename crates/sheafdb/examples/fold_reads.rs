@@ -22,7 +22,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{in_scratch_dir, insert, key, LOAD, T};
+use common::{in_scratch_dir, insert, key, proc_mib, LOAD, T};
 use sheafdb::{Database, Durability, Result};
 
 fn main() -> Result<()> {
@@ -51,24 +51,15 @@ fn run(dir: &Path) -> Result<()> {
         let m = db.memory_stats();
         println!(
             "pass {pass}: {:>4.0}k reads/s; buffered {:>3} MiB, cached {:>3} MiB; \
-             AnonHugePages {:>4} MiB; huge pages split {}",
+             AnonHugePages {:>6.1} MiB; huge pages split {}",
             rate / 1e3,
             m.buffered_bytes >> 20,
             (m.clean_bytes + m.dirty_bytes) >> 20,
-            rollup_kib("AnonHugePages:") >> 10,
+            proc_mib("/proc/self/smaps_rollup", "AnonHugePages:"),
             vmstat("thp_split_pmd").saturating_sub(splits_before)
         );
     }
     Ok(())
-}
-
-/// A `/proc/self/smaps_rollup` figure in KiB (0 where there is none).
-fn rollup_kib(field: &str) -> u64 {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
-    (rollup.lines())
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// A counter of `/proc/vmstat` (0 where there is none).

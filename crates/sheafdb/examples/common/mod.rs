@@ -76,3 +76,20 @@ pub fn in_scratch_dir(
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
+
+/// A `kB` figure of a `/proc` file (`RssAnon:` of `/proc/self/status`,
+/// `AnonHugePages:` of `/proc/self/smaps_rollup`) in MiB; NaN where there
+/// is none.
+pub fn proc_mib(file: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}

@@ -955,13 +955,9 @@ impl CfAllocator {
         self.dirty_counter.fetch_sub(written, Ordering::Relaxed);
         let mut now_free: Vec<(PageId, u32)> = self
             .freed
-            .iter()
-            .filter(|(_, f)| f.state == FreedState::AwaitCheckpoint && f.freed_at <= at)
-            .map(|(&p, f)| (PageId(p), f.npages))
+            .extract_if(|_, f| f.state == FreedState::AwaitCheckpoint && f.freed_at <= at)
+            .map(|(p, f)| (PageId(p), f.npages))
             .collect();
-        for (p, _) in &now_free {
-            self.freed.remove(&p.0);
-        }
         // Adjacent runs go into the free set as one (a checkpoint after a
         // large rewrite frees tens of thousands of runs, mostly in
         // stretches: one set update per stretch, not per run).

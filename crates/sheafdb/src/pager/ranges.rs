@@ -216,8 +216,8 @@ impl RangeSet {
     }
 
     /// Adds `runs` (`(start, length)`, in any order, none intersecting the
-    /// set): sorted, and touching runs joined, so a stretch of runs costs
-    /// one update. Returns the first run (joined) the set refused as
+    /// set): sorted in place, and touching runs joined, so a stretch of
+    /// runs costs one update. Returns the first run (joined) the set refused as
     /// intersecting it, after adding the others.
     pub fn insert_runs(&mut self, runs: &mut [(PageId, u32)]) -> Option<(u64, u64)> {
         runs.sort_unstable_by_key(|&(p, _)| p);

@@ -35,10 +35,11 @@
 //! wasteful. Before the gate every region reaching a quarter went sparse:
 //! after a fold replaced a tree's leaves, most cached pages sat in split
 //! regions, and point reads over them ran a fifth to a third slower
-//! (`examples/fold_reads`; design.md "Read path", *Huge pages*). Before the release, a large transaction's pages freed but for
-//! the runs the cache kept held 2 MiB per region with one live run: 86
-//! MiB resident for a 16 MiB cache after 200,000 updates in one
-//! transaction (`examples/cache_memory`). Before the pending blocks, each
+//! (`examples/fold_reads`; design.md "Read path", *Huge pages*). Before
+//! the release, a large transaction's pages freed but for the runs the
+//! cache kept held 2 MiB per region with one live run: 86 MiB resident
+//! for a 16 MiB cache after 200,000 updates in one transaction
+//! (`examples/cache_memory`). Before the pending blocks, each
 //! block freed in a sparse region gave its pages back on its own: one
 //! `madvise` and one TLB shootdown per page run freed, 6–8 % of a
 //! `compact()` (design.md "Read path", *Huge pages*).
@@ -117,15 +118,27 @@ struct Region {
     /// Bit `i` set: block `i` was freed while the region was sparse and
     /// its pages were not given back yet (always a subset of `free`).
     pending: [u64; FREE_WORDS],
-    /// Bits set in `pending`.
-    pending_count: usize,
+}
+
+/// A region's bitmap of blocks (`Region::free`, `Region::pending`).
+type Bits = [u64; FREE_WORDS];
+
+fn bit(bits: &Bits, i: usize) -> bool {
+    bits[i / 64] & (1 << (i % 64)) != 0
+}
+
+fn set_bit(bits: &mut Bits, i: usize, on: bool) {
+    match on {
+        true => bits[i / 64] |= 1 << (i % 64),
+        false => bits[i / 64] &= !(1 << (i % 64)),
+    }
 }
 
 impl Region {
     fn new(base: NonNull<u8>, class: usize) -> Region {
         let mut free = [0u64; FREE_WORDS];
         for i in 0..blocks_per_region(class) {
-            free[i / 64] |= 1 << (i % 64);
+            set_bit(&mut free, i, true);
         }
         Region {
             base,
@@ -133,12 +146,11 @@ impl Region {
             live: 0,
             released: false,
             pending: [0; FREE_WORDS],
-            pending_count: 0,
         }
     }
 
     fn is_free(&self, i: usize) -> bool {
-        self.free[i / 64] & (1 << (i % 64)) != 0
+        bit(&self.free, i)
     }
 
     /// The lowest free block, if any.
@@ -168,7 +180,7 @@ impl Region {
     }
 
     fn is_pending(&self, i: usize) -> bool {
-        self.pending[i / 64] & (1 << (i % 64)) != 0
+        bit(&self.pending, i)
     }
 
     /// Notes free block `i` of a sparse region as pending, and gives back
@@ -179,9 +191,8 @@ impl Region {
     /// block at a time makes a logarithmic number of passes).
     fn note_pending(&mut self, class: usize, i: usize) {
         debug_assert!(self.released && self.is_free(i) && !self.is_pending(i));
-        self.pending[i / 64] |= 1 << (i % 64);
-        self.pending_count += 1;
-        if 2 * self.pending_count > self.live {
+        set_bit(&mut self.pending, i, true);
+        if 2 * self.pending_count() > self.live {
             self.release_pending(class);
         }
     }
@@ -212,7 +223,12 @@ impl Region {
 
     fn clear_pending(&mut self) {
         self.pending = [0; FREE_WORDS];
-        self.pending_count = 0;
+    }
+
+    /// Blocks pending (a count over a few words: kept in no field, so it
+    /// cannot drift from the bitmap).
+    fn pending_count(&self) -> usize {
+        self.pending.iter().map(|w| w.count_ones() as usize).sum()
     }
 
     /// Gives back the whole system pages inside blocks `start..end`, all
@@ -264,6 +280,11 @@ impl Class {
     /// costs TLB misses to read; below the mark the memory is bounded by
     /// the class as a whole instead.
     fn wasteful(&self, class: usize) -> bool {
+        debug_assert_eq!(
+            self.live,
+            self.regions.values().map(|r| r.live).sum::<usize>(),
+            "the class's live count drifted from its regions'"
+        );
         let mapped = self.regions.len() - usize::from(self.spare.is_some());
         mapped * blocks_per_region(class) > 2 * self.live
     }
@@ -285,13 +306,10 @@ impl Class {
         }
         let region = self.regions.get_mut(&at)?;
         let index = region.first_free()?;
-        region.free[index / 64] &= !(1 << (index % 64));
+        set_bit(&mut region.free, index, false);
+        set_bit(&mut region.pending, index, false);
         region.live += 1;
         self.live += 1;
-        if region.is_pending(index) {
-            region.pending[index / 64] &= !(1 << (index % 64));
-            region.pending_count -= 1;
-        }
         if region.released && 2 * region.live >= blocks_per_region(class) {
             region.released = false; // dense again: frees keep their pages
             region.clear_pending();
@@ -319,7 +337,7 @@ impl Class {
         let offset = block.as_ptr().addr() - at;
         let index = offset / block_size(class);
         debug_assert!(offset.is_multiple_of(block_size(class)) && !region.is_free(index));
-        region.free[index / 64] |= 1 << (index % 64);
+        set_bit(&mut region.free, index, true);
         region.live -= 1;
         self.live -= 1;
         self.with_room.insert(at);
@@ -470,6 +488,15 @@ mod tests {
         Layout::from_size_align((4096 << class) + 48, 8).expect("layout")
     }
 
+    /// Writes `byte(i)` over every byte of block `blocks[i]`, each live
+    /// and of class `c` (so the test touches, and later checks, its pages).
+    fn fill(blocks: &[NonNull<u8>], c: usize, byte: impl Fn(usize) -> u8) {
+        for (i, b) in blocks.iter().enumerate() {
+            // SAFETY: each block is live and block_size(c) long.
+            unsafe { std::ptr::write_bytes(b.as_ptr(), byte(i), block_size(c)) };
+        }
+    }
+
     #[test]
     fn only_one_page_runs_have_a_class() {
         assert_eq!(class_of(page_layout(0)), Some(0));
@@ -502,10 +529,7 @@ mod tests {
         for w in addrs.windows(2) {
             assert!(w[1] - w[0] >= block_size(c), "blocks overlap");
         }
-        for (i, b) in blocks.iter().enumerate() {
-            // SAFETY: each block is live and block_size(c) long.
-            unsafe { std::ptr::write_bytes(b.as_ptr(), i as u8, block_size(c)) };
-        }
+        fill(&blocks, c, |i| i as u8);
         assert_eq!(class.regions.len(), 4);
         let last = blocks.pop().expect("a block");
         class.give(c, last);
@@ -539,7 +563,7 @@ mod tests {
     /// A region left with few live blocks gives the pages of its free
     /// blocks back to the system and keeps its live blocks' bytes; blocks
     /// freed while it is sparse give theirs back together once they
-    /// outnumber the live ones; filled to half again, it keeps freed
+    /// pass half the live ones; filled to half again, it keeps freed
     /// blocks' pages. (Without the release every touched
     /// page stayed resident: a region with one live run held 2 MiB.)
     #[cfg(all(target_os = "linux", not(miri)))]
@@ -551,10 +575,7 @@ mod tests {
         let blocks: Vec<NonNull<u8>> = (0..n).map(|_| class.take(c).expect("memory")).collect();
         assert_eq!(class.regions.len(), 1, "one region holds them all");
         let base = class.regions.values().next().expect("region").base;
-        for (i, b) in blocks.iter().enumerate() {
-            // SAFETY: each block is live and block_size(c) long.
-            unsafe { std::ptr::write_bytes(b.as_ptr(), (i % 251) as u8 + 1, block_size(c)) };
-        }
+        fill(&blocks, c, |i| (i % 251) as u8 + 1);
         let all = REGION / OS_PAGE;
         assert_eq!(resident_pages(base, REGION), all, "every page touched");
         // Keep every eighth block: an eighth live, under a quarter.
@@ -566,7 +587,7 @@ mod tests {
         }
         let region = class.regions.values().next().expect("region");
         assert!(region.released, "a region an eighth full is sparse");
-        let pending = region.pending_count;
+        let pending = region.pending_count();
         assert!(2 * pending <= kept.len(), "{pending} pending");
         let resident = resident_pages(base, REGION);
         assert!(
@@ -590,10 +611,10 @@ mod tests {
             class.give(c, blocks[i]);
             freed.push(i);
             let region = class.regions.values().next().expect("region");
-            if region.pending_count == 0 {
+            if region.pending_count() == 0 {
                 break;
             }
-            assert!(2 * region.pending_count <= region.live);
+            assert!(2 * region.pending_count() <= region.live);
             assert_eq!(
                 resident_pages(base, REGION),
                 before,
@@ -615,10 +636,7 @@ mod tests {
         // Refilled to half: dense again, frees keep their pages.
         let refill: Vec<NonNull<u8>> = (0..n / 2).map(|_| class.take(c).expect("memory")).collect();
         assert!(!class.regions.values().next().expect("region").released);
-        for b in &refill {
-            // SAFETY: each block is live.
-            unsafe { std::ptr::write_bytes(b.as_ptr(), 9, block_size(c)) };
-        }
+        fill(&refill, c, |_| 9);
         let before = resident_pages(base, REGION);
         class.give(c, refill[0]);
         assert_eq!(
@@ -653,10 +671,7 @@ mod tests {
         let n = blocks_per_region(c);
         let blocks: Vec<NonNull<u8>> = (0..3 * n).map(|_| class.take(c).expect("memory")).collect();
         assert_eq!(class.regions.len(), 3);
-        for b in &blocks {
-            // SAFETY: each block is live and block_size(c) long.
-            unsafe { std::ptr::write_bytes(b.as_ptr(), 5, block_size(c)) };
-        }
+        fill(&blocks, c, |_| 5);
         // Region `at` (the first one filled) an eighth full, the others
         // full: 3 regions for 2.125 regions' worth of live blocks.
         let (a, rest) = blocks.split_at(n);
